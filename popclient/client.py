@@ -1,0 +1,480 @@
+"""REST client for POP (DESIGN §8, §5.3, §5.4): one method per endpoint, typed errors.
+
+Only httpx and the standard library are used, so a farm can run workers without the server.
+"""
+
+from __future__ import annotations
+
+import logging
+import random
+import time
+from collections.abc import Callable, Iterator, Mapping
+from typing import Any
+
+import httpx
+
+from popclient import __version__
+from popclient.errors import (
+    Conflict,
+    Forbidden,
+    NotFound,
+    PayloadTooLarge,
+    PopError,
+    RateLimited,
+    ServerError,
+    TransportError,
+    Unauthorized,
+    ValidationFailed,
+)
+
+log = logging.getLogger(__name__)
+
+API_PREFIX = "/api/v1"
+CID_HEADER = "X-POP-CID"
+LEASE_HEADER = "X-POP-Lease"
+IDEMPOTENCY_HEADER = "Idempotency-Key"
+
+# Failures where the request certainly never reached the server: always safe to retry.
+_NOT_SENT = (httpx.ConnectError, httpx.ConnectTimeout, httpx.PoolTimeout)
+_IDEMPOTENT_METHODS = frozenset({"GET", "HEAD", "OPTIONS", "PUT", "DELETE"})
+
+
+def _error_message(body: Any, default: str) -> str:
+    if isinstance(body, dict):
+        detail = body.get("detail")
+        if isinstance(detail, str):
+            return detail
+        parts = []
+        for field, messages in body.items():
+            if isinstance(messages, list):
+                text = "; ".join(str(m) for m in messages)
+            else:
+                text = str(messages)
+            parts.append(f"{field}: {text}")
+        if parts:
+            return "; ".join(parts)
+    if isinstance(body, list) and body:
+        return "; ".join(str(item) for item in body)
+    if isinstance(body, str) and body.strip():
+        return body.strip()[:500]
+    return default
+
+
+def _field_errors(body: Any) -> dict[str, Any]:
+    if isinstance(body, dict):
+        if set(body) == {"detail"}:
+            return {"non_field_errors": [body["detail"]]}
+        return dict(body)
+    if isinstance(body, list):
+        return {"non_field_errors": list(body)}
+    if body:
+        return {"non_field_errors": [str(body)]}
+    return {}
+
+
+def _retry_after(response: httpx.Response) -> float | None:
+    value = response.headers.get("Retry-After")
+    if not value:
+        return None
+    try:
+        return max(0.0, float(value))
+    except ValueError:
+        return None
+
+
+def error_from_response(response: httpx.Response) -> PopError:
+    """Build the typed error for a non-2xx response."""
+    try:
+        body: Any = response.json()
+    except ValueError:
+        body = response.text
+    status = response.status_code
+    cid = response.headers.get(CID_HEADER)
+    message = _error_message(body, f"{response.reason_phrase or 'HTTP error'}")
+    common: dict[str, Any] = {"status_code": status, "body": body, "cid": cid}
+    if status == 400:
+        return ValidationFailed(message, errors=_field_errors(body), **common)
+    if status == 401:
+        return Unauthorized(message, **common)
+    if status == 403:
+        return Forbidden(message, **common)
+    if status == 404:
+        return NotFound(message, **common)
+    if status == 409:
+        return Conflict(message, **common)
+    if status == 413:
+        return PayloadTooLarge(message, errors=_field_errors(body), **common)
+    if status == 429:
+        return RateLimited(message, retry_after=_retry_after(response), **common)
+    if status >= 500:
+        return ServerError(message, **common)
+    return PopError(message, **common)
+
+
+def _clean(fields: Mapping[str, Any]) -> dict[str, Any]:
+    return {key: value for key, value in fields.items() if value is not None}
+
+
+class PopClient:
+    """Client for one POP server.
+
+    ``retries`` is how many times a call is repeated after a failure that is safe to
+    repeat: a connection that never reached the server (every call), a 429 (every call),
+    and 5xx or a broken connection for idempotent calls (GET, reports). ``pull`` and the
+    other POSTs are never repeated once the request may have reached the server.
+    """
+
+    def __init__(
+        self,
+        base_url: str,
+        token: str | None = None,
+        *,
+        cid: str | None = None,
+        timeout: float = 30.0,
+        retries: int = 3,
+        backoff: float = 0.25,
+        max_backoff: float = 8.0,
+        transport: httpx.BaseTransport | None = None,
+        sleep: Callable[[float], None] = time.sleep,
+    ) -> None:
+        base = base_url.rstrip("/")
+        if base.endswith(API_PREFIX):
+            base = base[: -len(API_PREFIX)]
+        self.base_url = base
+        self.token = token
+        self.cid = cid
+        self.last_cid: str | None = None
+        self.timeout = timeout
+        self.retries = max(0, retries)
+        self.backoff = backoff
+        self.max_backoff = max_backoff
+        self._sleep = sleep
+        self._http = httpx.Client(
+            base_url=base,
+            timeout=timeout,
+            transport=transport,
+            headers={"User-Agent": f"popclient/{__version__}", "Accept": "application/json"},
+        )
+
+    # -- plumbing -----------------------------------------------------------------------
+
+    def close(self) -> None:
+        self._http.close()
+
+    def __enter__(self) -> PopClient:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()
+
+    def _delay(self, attempt: int) -> float:
+        delay = min(self.max_backoff, self.backoff * (2**attempt))
+        return delay * (0.5 + random.random() / 2)
+
+    def request(
+        self,
+        method: str,
+        path: str,
+        *,
+        json: Any = None,
+        params: Mapping[str, Any] | None = None,
+        headers: Mapping[str, str] | None = None,
+        idempotent: bool | None = None,
+        timeout: float | None = None,
+        cid: str | None = None,
+        authenticated: bool = True,
+    ) -> Any:
+        """Send one API call and return the decoded JSON body (``None`` when empty).
+
+        ``path`` is relative to ``/api/v1/``. ``idempotent`` overrides the method's default
+        for deciding whether 5xx and broken connections are retried.
+        """
+        method = method.upper()
+        if idempotent is None:
+            idempotent = method in _IDEMPOTENT_METHODS
+        url = (
+            path if path.startswith(("http://", "https://")) else f"{API_PREFIX}/{path.lstrip('/')}"
+        )
+        send_headers: dict[str, str] = {}
+        if authenticated and self.token:
+            send_headers["Authorization"] = f"Token {self.token}"
+        if cid or self.cid:
+            send_headers[CID_HEADER] = cid or self.cid or ""
+        if headers:
+            send_headers.update(headers)
+        query = _clean(params or {})
+        attempt = 0
+        while True:
+            try:
+                response = self._http.request(
+                    method,
+                    url,
+                    json=json,
+                    params=query or None,
+                    headers=send_headers,
+                    timeout=timeout if timeout is not None else self.timeout,
+                )
+            except httpx.TransportError as exc:
+                repeatable = isinstance(exc, _NOT_SENT) or idempotent
+                if repeatable and attempt < self.retries:
+                    delay = self._delay(attempt)
+                    log.debug("%s %s failed (%s); retry in %.2fs", method, url, exc, delay)
+                    self._sleep(delay)
+                    attempt += 1
+                    continue
+                raise TransportError(f"{method} {url}: {exc.__class__.__name__}: {exc}") from exc
+            self.last_cid = response.headers.get(CID_HEADER, self.last_cid)
+            if response.is_success:
+                if not response.content:
+                    return None
+                try:
+                    return response.json()
+                except ValueError:
+                    return response.text
+            error = error_from_response(response)
+            retry_delay: float | None = None
+            if isinstance(error, RateLimited):
+                retry_delay = error.retry_after
+                if retry_delay is None:
+                    retry_delay = self._delay(attempt)
+                retry_delay = min(retry_delay, 60.0)
+            elif isinstance(error, ServerError) and idempotent:
+                retry_delay = self._delay(attempt)
+            if retry_delay is not None and attempt < self.retries:
+                log.debug(
+                    "%s %s -> %s; retry in %.2fs", method, url, response.status_code, retry_delay
+                )
+                self._sleep(retry_delay)
+                attempt += 1
+                continue
+            raise error
+
+    def _get(self, path: str, **params: Any) -> Any:
+        return self.request("GET", path, params=params)
+
+    def _post(self, path: str, body: Any = None, **kwargs: Any) -> Any:
+        return self.request("POST", path, json=body if body is not None else {}, **kwargs)
+
+    def paginate(self, path: str, **params: Any) -> Iterator[dict[str, Any]]:
+        """Yield every item of a paginated list (``{count, next, previous, results}``)."""
+        page = self._get(path, **params)
+        while True:
+            if isinstance(page, list):
+                yield from page
+                return
+            yield from page.get("results", [])
+            next_url = page.get("next")
+            if not next_url:
+                return
+            page = self.request("GET", next_url)
+
+    # -- authentication -----------------------------------------------------------------
+
+    def obtain_token(self, username: str, password: str) -> str:
+        """Exchange a username and password for an API token (and use it from now on)."""
+        body = self.request(
+            "POST",
+            "auth/token/",
+            json={"username": username, "password": password},
+            authenticated=False,
+        )
+        token = body["token"]
+        self.token = token
+        return token
+
+    # -- agendas ------------------------------------------------------------------------
+
+    def submit_agenda(
+        self, agenda: Mapping[str, Any], *, idempotency_key: str | None = None
+    ) -> Any:
+        """Submit one ready-to-run agenda (DESIGN §4.1); returns the created agenda."""
+        headers = {IDEMPOTENCY_HEADER: idempotency_key} if idempotency_key else None
+        # With an idempotency key a repeat returns the first agenda, so 5xx may be retried.
+        return self._post(
+            "agendas/", dict(agenda), headers=headers, idempotent=bool(idempotency_key)
+        )
+
+    def submit_agendas_bulk(self, agendas: list[Mapping[str, Any]]) -> list[Any]:
+        """Submit up to 1000 agendas; one result per item, the agenda or ``{"errors": …}``."""
+        body = self._post("agendas/bulk/", {"agendas": [dict(a) for a in agendas]})
+        return body.get("results", []) if isinstance(body, dict) else body
+
+    def list_agendas(self, **filters: Any) -> Any:
+        """One page of agendas: ``{count, next, previous, results}``.
+
+        Filters: ``link_id``, ``cid``, ``customer``, ``state``, ``insight``, ``template``,
+        ``external_id``, ``created_after``, ``created_before``, ``ordering``, ``limit``,
+        ``offset``.
+        """
+        return self._get("agendas/", **filters)
+
+    def iter_agendas(self, **filters: Any) -> Iterator[dict[str, Any]]:
+        return self.paginate("agendas/", **filters)
+
+    def get_agenda(self, agenda_id: str) -> Any:
+        """The agenda with its embedded ``progress`` (and ``state`` repeated at top level)."""
+        return self._get(f"agendas/{agenda_id}/")
+
+    def abort_agenda(self, agenda_id: str) -> Any:
+        return self._post(f"agendas/{agenda_id}/abort/")
+
+    def pause_agenda(self, agenda_id: str) -> Any:
+        return self._post(f"agendas/{agenda_id}/pause/")
+
+    def resume_agenda(self, agenda_id: str) -> Any:
+        return self._post(f"agendas/{agenda_id}/resume/")
+
+    def rerun_agenda(
+        self,
+        agenda_id: str,
+        *,
+        mode: str = "continue",
+        operations: list[str] | None = None,
+        skip_execution: bool | None = None,
+    ) -> Any:
+        """Rerun an agenda: mode ``continue``, ``reset_all`` or ``operations_to_reset``."""
+        body = _clean({"mode": mode, "operations": operations, "skip_execution": skip_execution})
+        return self._post(f"agendas/{agenda_id}/rerun/", body)
+
+    def list_executions(self, agenda_id: str, **params: Any) -> Any:
+        return self._get(f"agendas/{agenda_id}/executions/", **params)
+
+    def progress_summary(self, link_id: str) -> Any:
+        return self._get("progress-summary/", link_id=link_id)
+
+    def list_agenda_progress(self, **filters: Any) -> Any:
+        return self._get("agenda-progress/", **filters)
+
+    def list_operation_progress(self, **filters: Any) -> Any:
+        return self._get("operation-progress/", **filters)
+
+    # -- templates ----------------------------------------------------------------------
+
+    def list_templates(self, **filters: Any) -> Any:
+        return self._get("agenda-templates/", **filters)
+
+    def get_template(self, template_id: str) -> Any:
+        return self._get(f"agenda-templates/{template_id}/")
+
+    def run_template(self, template_id: str, payload: Any = None, **fields: Any) -> Any:
+        """Run a template with ``payload`` (plus ``link_id``, ``priority``, …); 201 → agenda."""
+        body = _clean(fields)
+        body["payload"] = payload if payload is not None else {}
+        return self._post(f"agenda-templates/{template_id}/run/", body)
+
+    def preview_template(self, template_id: str, payload: Any = None, **fields: Any) -> Any:
+        """The expanded agenda a run would submit, without submitting it."""
+        body = _clean(fields)
+        body["payload"] = payload if payload is not None else {}
+        return self._post(f"agenda-templates/{template_id}/preview/", body, idempotent=True)
+
+    # -- schedules ----------------------------------------------------------------------
+
+    def list_schedules(self, **filters: Any) -> Any:
+        return self._get("schedules/", **filters)
+
+    def get_schedule(self, schedule_id: str) -> Any:
+        return self._get(f"schedules/{schedule_id}/")
+
+    def create_schedule(self, **fields: Any) -> Any:
+        """Create a cron schedule: ``name``, ``template``, ``cron``, ``payload``, ``timezone``…"""
+        return self._post("schedules/", _clean(fields))
+
+    def pause_schedule(self, schedule_id: str) -> Any:
+        return self._post(f"schedules/{schedule_id}/pause/")
+
+    def resume_schedule(self, schedule_id: str) -> Any:
+        return self._post(f"schedules/{schedule_id}/resume/")
+
+    def trigger_schedule(self, schedule_id: str) -> Any:
+        return self._post(f"schedules/{schedule_id}/trigger/")
+
+    def schedule_runs(self, schedule_id: str, **params: Any) -> Any:
+        return self._get(f"schedules/{schedule_id}/runs/", **params)
+
+    # -- facility -----------------------------------------------------------------------
+
+    def queues(self, **filters: Any) -> Any:
+        """Per insight: queue_size, queued, ready, executing, oldest ready age, per customer."""
+        return self._get("queues/", **filters)
+
+    def list_insights(self, **filters: Any) -> Any:
+        return self._get("insights/", **filters)
+
+    def get_insight(self, insight_id: str) -> Any:
+        return self._get(f"insights/{insight_id}/")
+
+    def list_customers(self, **filters: Any) -> Any:
+        return self._get("customers/", **filters)
+
+    # -- pullers (DESIGN §5.3, §5.4) ----------------------------------------------------
+
+    def pull(
+        self,
+        insight_id: str,
+        count: int = 1,
+        worker: str = "popclient",
+        wait_seconds: float = 0,
+    ) -> list[dict[str, Any]]:
+        """Lease up to ``count`` queued agendas; long-polls up to ``wait_seconds``.
+
+        Each item is ``{"agenda", "progress", "execution": {id, lease_token,
+        lease_expires_at, number}}``. Never retried once sent: a lost answer would mean
+        agendas leased to nobody until their lease expires.
+        """
+        body = self.request(
+            "POST",
+            f"insights/{insight_id}/pull/",
+            json={"count": count, "worker": worker, "wait_seconds": wait_seconds},
+            idempotent=False,
+            timeout=max(self.timeout, float(wait_seconds) + 15.0),
+        )
+        if isinstance(body, dict):
+            return list(body.get("agendas") or [])
+        return list(body or [])
+
+    def report(
+        self, execution_id: str, lease_token: str, *, cid: str | None = None, **fields: Any
+    ) -> Any:
+        """Report progress for one execution; an empty report is a heartbeat.
+
+        Fields: ``percent_complete``, ``message``, ``operations``, ``state``,
+        ``diagnostics``. Returns ``{"abort", "pause", "lease_expires_at"}``; a stale
+        execution raises :class:`Conflict`. Reports are retried: repeating one is harmless.
+        """
+        return self.request(
+            "POST",
+            f"executions/{execution_id}/report/",
+            json=_clean(fields),
+            headers={LEASE_HEADER: lease_token},
+            idempotent=True,
+            cid=cid,
+        )
+
+    def report_batch(self, reports: list[Mapping[str, Any]]) -> list[Any]:
+        """Send up to 100 reports ``{execution, lease_token, …}`` in one call; per-item results."""
+        body = self.request(
+            "POST",
+            "executions/report/",
+            json={"reports": [_clean(r) for r in reports]},
+            idempotent=True,
+        )
+        return body.get("results", []) if isinstance(body, dict) else list(body or [])
+
+    def add_operations(
+        self,
+        execution_id: str,
+        lease_token: str,
+        operations: list[Mapping[str, Any]],
+        *,
+        cid: str | None = None,
+    ) -> Any:
+        """Append generated operations to the running agenda of this execution."""
+        return self.request(
+            "POST",
+            f"executions/{execution_id}/operations/",
+            json={"operations": [dict(op) for op in operations]},
+            headers={LEASE_HEADER: lease_token},
+            idempotent=False,
+            cid=cid,
+        )

@@ -1,0 +1,625 @@
+"""Run one agenda's operations as a DAG (DESIGN §11, POP-REFERENCE §5.3).
+
+- An operation depends on the operations named in its ``depends_on`` (a list, or POP's
+  comma-separated string, also read from ``params.dependsOn``) and on every operation whose
+  output it references (``@<name.out…>``).
+- Ready operations start in threads, at most ``max_parallel`` at once.
+- Fail fast: after a failure no operation starts; running ones finish.
+- Deadlock (nothing running, nothing ready, something pending) fails the agenda with POP's
+  message.
+- Operations that succeeded in the prior progress are not run again: their ``result`` is
+  fed forward as ``<name>.out``. Every other operation gets its prior progress in
+  ``ctx.prior``.
+- ``timeout_seconds`` per operation: the handler is cancelled and the operation fails.
+- :meth:`DagRunner.request_abort` cancels running handlers (outcome ``aborted``);
+  :meth:`DagRunner.request_pause` starts nothing new and lets running operations finish
+  (outcome ``paused`` unless everything finished anyway).
+
+The runner knows nothing about HTTP: a worker watches it through ``on_change`` and
+:meth:`DagRunner.changes_since`.
+"""
+
+from __future__ import annotations
+
+import copy
+import logging
+import queue
+import threading
+import time
+import traceback
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass, field
+from datetime import UTC, datetime
+from typing import Any
+
+from popclient.handlers import Cancelled, HandlerError, HandlerRegistry, OperationContext
+from popclient.references import (
+    AGENDA_ID,
+    OPERATION_NAME,
+    OUTPUT_SUFFIX,
+    find_references,
+    resolve_references,
+)
+
+log = logging.getLogger(__name__)
+
+WAITING = "waiting"
+EXECUTING = "executing"
+SUCCEEDED = "succeeded"
+FAILED = "failed"
+ABORTED = "aborted"
+PAUSED = "paused"
+
+DEADLOCK_MESSAGE = (
+    "Agenda operation deadlock has occurred. There are pending operations "
+    "(likely with dependencies) but none are ready."
+)
+
+
+def now_iso() -> str:
+    return datetime.now(UTC).isoformat().replace("+00:00", "Z")
+
+
+def diagnostic(message: str, *, code: str = "error", detail: Any = None) -> dict[str, Any]:
+    """One diagnostics entry as DESIGN §2 shapes them: ``{time, message, code, detail}``."""
+    return {"time": now_iso(), "message": message, "code": code, "detail": detail}
+
+
+def parse_depends_on(operation: Mapping[str, Any]) -> list[str]:
+    names: list[str] = []
+    sources = [operation.get("depends_on")]
+    params = operation.get("params")
+    if isinstance(params, Mapping):
+        sources.append(params.get("dependsOn"))
+    for source in sources:
+        if isinstance(source, str):
+            items = source.split(",")
+        elif isinstance(source, list | tuple):
+            items = [str(item) for item in source]
+        else:
+            continue
+        for item in items:
+            item = item.strip()
+            if item and item not in names:
+                names.append(item)
+    return names
+
+
+@dataclass
+class OperationState:
+    """Live state of one operation, shaped like the report's ``operations`` items."""
+
+    name: str
+    type: str
+    payload: Any = None
+    depends_on: list[str] = field(default_factory=list)
+    timeout_seconds: float | None = None
+    state: str = WAITING
+    percent_complete: float = 0.0
+    message: str = ""
+    result: Any = None
+    diagnostics: list[dict[str, Any]] = field(default_factory=list)
+    params: dict[str, Any] | None = None
+    prior: dict[str, Any] | None = None
+    skipped: bool = False
+    started_at: str | None = None
+    completed_at: str | None = None
+    version: int = 0
+    run_id: int = 0
+
+    def report(self) -> dict[str, Any]:
+        """The sparse report item for this operation (DESIGN §5.4)."""
+        item: dict[str, Any] = {
+            "name": self.name,
+            "state": self.state,
+            "percent_complete": round(self.percent_complete, 2),
+            "message": self.message,
+        }
+        if self.state == SUCCEEDED:
+            item["result"] = self.result
+        if self.diagnostics:
+            item["diagnostics"] = list(self.diagnostics)
+        if self.params is not None:
+            item["params"] = dict(self.params)
+        return item
+
+
+@dataclass
+class DagResult:
+    """Outcome of :meth:`DagRunner.run`: ``state`` is succeeded|failed|aborted|paused."""
+
+    state: str
+    message: str
+    percent_complete: float
+    diagnostics: list[dict[str, Any]]
+    operations: dict[str, OperationState]
+
+    def results(self) -> dict[str, Any]:
+        """``{name: result}`` of every succeeded operation."""
+        return {name: op.result for name, op in self.operations.items() if op.state == SUCCEEDED}
+
+
+@dataclass
+class _Running:
+    run_id: int
+    ctx: OperationContext
+    deadline: float | None
+    thread: threading.Thread
+
+
+class DagRunner:
+    """Executes one agenda. Create, then call :meth:`run` (blocking) from any thread."""
+
+    def __init__(
+        self,
+        agenda: Mapping[str, Any],
+        *,
+        registry: HandlerRegistry,
+        prior_progress: Mapping[str, Any] | None = None,
+        max_parallel: int = 8,
+        on_change: Callable[[bool], None] | None = None,
+        on_add_operations: Callable[[list[dict[str, Any]]], None] | None = None,
+        abort_grace_seconds: float = 5.0,
+    ) -> None:
+        self.agenda_id = str(agenda.get("id") or "")
+        self.registry = registry
+        self.max_parallel = max(1, int(max_parallel))
+        self.abort_grace_seconds = abort_grace_seconds
+        self._on_change = on_change
+        self._on_add_operations = on_add_operations
+        self._lock = threading.RLock()
+        self._events: queue.Queue[tuple[str, int, str, Any]] = queue.Queue()
+        self._operations: dict[str, OperationState] = {}
+        self._order: list[str] = []
+        self._by_lower: dict[str, str] = {}
+        self._context: dict[str, Any] = {AGENDA_ID: self.agenda_id}
+        self._running: dict[str, _Running] = {}
+        self._diagnostics: list[dict[str, Any]] = []
+        self._failure_message: str | None = None
+        self._stop_outcome: str | None = None  # set by cancel(): aborted / failed
+        self._stop_message = ""
+        self._stop_deadline: float | None = None
+        self._pause = False
+        self._started = False
+        self._setup_errors: list[str] = []
+        self._load(agenda, prior_progress)
+
+    # -- setup --------------------------------------------------------------------------
+
+    def _load(self, agenda: Mapping[str, Any], prior_progress: Mapping[str, Any] | None) -> None:
+        operations = agenda.get("operations")
+        if not isinstance(operations, list) or not operations:
+            self._setup_errors.append("No operations in Agenda. Nothing to do.")
+            return
+        for index, operation in enumerate(operations):
+            error = self._add(operation, index)
+            if error:
+                self._setup_errors.append(error)
+        prior_items = []
+        if isinstance(prior_progress, Mapping):
+            prior_items = prior_progress.get("operations") or []
+        for item in prior_items:
+            if not isinstance(item, Mapping):
+                continue
+            name = self._by_lower.get(str(item.get("name", "")).lower())
+            if name is None:
+                continue
+            op = self._operations[name]
+            op.prior = copy.deepcopy(dict(item))
+            if item.get("state") == SUCCEEDED:
+                op.state = SUCCEEDED
+                op.skipped = True
+                op.percent_complete = 100.0
+                op.result = item.get("result")
+                op.message = str(item.get("message") or SUCCEEDED)
+                self._context[name + OUTPUT_SUFFIX] = op.result
+            elif item.get("params") is not None:
+                op.params = dict(item.get("params") or {})
+
+    def _add(self, operation: Any, index: int | str) -> str | None:
+        if not isinstance(operation, Mapping):
+            return f"operation {index} is not an object"
+        name = str(operation.get("name") or "").strip()
+        if not name:
+            return "Operations must have names."
+        if name.lower() in self._by_lower:
+            return f"Operation names must be unique: {name}"
+        timeout = operation.get("timeout_seconds")
+        op = OperationState(
+            name=name,
+            type=str(operation.get("type") or ""),
+            payload=copy.deepcopy(operation.get("payload")),
+            depends_on=parse_depends_on(operation),
+            timeout_seconds=float(timeout) if timeout not in (None, "") else None,
+        )
+        for reference in find_references(op.payload):
+            target = reference.operation
+            if target is not None and target not in op.depends_on:
+                op.depends_on.append(target)
+        self._operations[name] = op
+        self._order.append(name)
+        self._by_lower[name.lower()] = name
+        return None
+
+    # -- control (any thread) -----------------------------------------------------------
+
+    def _wake(self) -> None:
+        self._events.put(("wake", 0, "", None))
+
+    def _notify(self, urgent: bool) -> None:
+        if self._on_change is not None:
+            try:
+                self._on_change(urgent)
+            except Exception:  # a reporter bug must not stop the agenda
+                log.exception("on_change callback failed")
+
+    def request_abort(self, message: str = "aborted on request") -> None:
+        """Cancel running handlers; the outcome is ``aborted``."""
+        self.cancel(outcome=ABORTED, message=message)
+
+    def cancel(self, *, outcome: str = ABORTED, message: str = "cancelled") -> None:
+        """Cancel running handlers and start nothing more; ``outcome`` aborted or failed."""
+        with self._lock:
+            if self._stop_outcome is None:
+                self._stop_outcome = outcome
+                self._stop_message = message
+                self._stop_deadline = time.monotonic() + self.abort_grace_seconds
+            for running in self._running.values():
+                running.ctx.cancelled.set()
+        self._wake()
+
+    def request_pause(self) -> None:
+        """Start no new operation; running ones finish; the outcome is ``paused``."""
+        with self._lock:
+            self._pause = True
+        self._wake()
+
+    @property
+    def abort_requested(self) -> bool:
+        return self._stop_outcome is not None
+
+    @property
+    def pause_requested(self) -> bool:
+        return self._pause
+
+    def percent_complete(self) -> float:
+        """``(succeeded × 100 + Σ running %) / n`` (DESIGN §5.4)."""
+        with self._lock:
+            return self._percent()
+
+    def _percent(self) -> float:
+        if not self._operations:
+            return 0.0
+        total = 0.0
+        for op in self._operations.values():
+            if op.state == SUCCEEDED:
+                total += 100.0
+            elif op.state == EXECUTING:
+                total += min(100.0, op.percent_complete)
+        return round(total / len(self._operations), 2)
+
+    def operations(self) -> dict[str, OperationState]:
+        with self._lock:
+            return {name: copy.deepcopy(self._operations[name]) for name in self._order}
+
+    def changes_since(
+        self, versions: Mapping[str, int]
+    ) -> tuple[list[dict[str, Any]], dict[str, int]]:
+        """Report items of operations changed since ``versions``, and the versions now."""
+        with self._lock:
+            items = []
+            current: dict[str, int] = {}
+            for name in self._order:
+                op = self._operations[name]
+                current[name] = op.version
+                if op.version > versions.get(name, 0):
+                    items.append(op.report())
+            return items, current
+
+    # -- generated operations (POP updateAgenda) ----------------------------------------
+
+    def add_operations(
+        self, operations: list[dict[str, Any]], *, parent: str | None = None
+    ) -> None:
+        """Append operations while running (first persisted through ``on_add_operations``)."""
+        with self._lock:
+            names = set(self._by_lower)
+            for operation in operations:
+                name = str(operation.get("name") or "").strip().lower()
+                if not name or name in names:
+                    raise HandlerError(f"generated operation name missing or taken: {name!r}")
+                names.add(name)
+        if parent is not None:
+            for operation in operations:
+                params = dict(operation.get("params") or {})
+                params.setdefault("generatedOperationParent", parent)
+                operation["params"] = params
+        if self._on_add_operations is not None:
+            self._on_add_operations(operations)
+        with self._lock:
+            for operation in operations:
+                error = self._add(operation, str(operation.get("name")))
+                if error:
+                    raise HandlerError(error)
+                self._operations[self._order[-1]].version += 1
+        self._wake()
+        self._notify(True)
+
+    # -- execution ----------------------------------------------------------------------
+
+    def run(self) -> DagResult:
+        """Execute until every operation finished, a failure drained, abort or pause."""
+        with self._lock:
+            if self._started:
+                raise RuntimeError("a DagRunner runs once")
+            self._started = True
+            if self._setup_errors:
+                for error in self._setup_errors:
+                    self._diagnostics.append(diagnostic(error, code="invalid_agenda"))
+                return self._result(FAILED, self._setup_errors[0])
+        while True:
+            self._drain_events()
+            with self._lock:
+                outcome, changed = self._step()
+            if outcome is not None or changed:
+                self._notify(True)
+            if outcome is not None:
+                return outcome
+            self._wait()
+
+    def _wait(self) -> None:
+        with self._lock:
+            deadlines = [r.deadline for r in self._running.values() if r.deadline is not None]
+            if self._stop_deadline is not None and self._running:
+                deadlines.append(self._stop_deadline)
+        timeout = 1.0
+        if deadlines:
+            timeout = max(0.0, min(min(deadlines) - time.monotonic(), timeout))
+        try:
+            event = self._events.get(timeout=timeout)
+        except queue.Empty:
+            return
+        self._events.put(event)  # handled by _drain_events
+
+    def _drain_events(self) -> None:
+        changed = False
+        while True:
+            try:
+                kind, run_id, name, value = self._events.get_nowait()
+            except queue.Empty:
+                break
+            if kind == "done":
+                with self._lock:
+                    changed = self._finish(name, run_id, value) or changed
+        if changed:
+            self._notify(True)
+
+    def _step(self) -> tuple[DagResult | None, bool]:
+        """One scheduling pass: returns (outcome or None, whether an operation changed)."""
+        now = time.monotonic()
+        changed = self._check_timeouts(now)
+        if self._stop_outcome is not None:
+            if self._running and self._stop_deadline is not None and now >= self._stop_deadline:
+                for name in list(self._running):
+                    self._end_running(
+                        name, self._stop_outcome, self._stop_message, code="cancelled"
+                    )
+                changed = True
+            if not self._running:
+                return self._result(self._stop_outcome, self._stop_message), changed
+            return None, changed
+        if self._failure_message is None and not self._pause:
+            changed = self._start_ready() or changed
+        if self._running:
+            return None, changed
+        if self._failure_message is not None:
+            return self._result(FAILED, self._failure_message), changed
+        pending = [op for op in self._operations.values() if op.state == WAITING]
+        if not pending:
+            return self._result(SUCCEEDED, SUCCEEDED), changed
+        if self._pause:
+            return self._result(PAUSED, "paused: running operations finished"), changed
+        waits = []
+        for op in pending:
+            unmet = [d for d in op.depends_on if self._dependency_state(d) != SUCCEEDED]
+            waits.append(f"{op.name} waits for {', '.join(unmet) or 'nothing'}")
+        self._diagnostics.append(diagnostic(DEADLOCK_MESSAGE, code="deadlock", detail=waits))
+        return self._result(FAILED, f"{DEADLOCK_MESSAGE} {'; '.join(waits)}"), changed
+
+    def _dependency_state(self, name: str) -> str | None:
+        actual = self._by_lower.get(name.lower())
+        if actual is None:
+            return None
+        return self._operations[actual].state
+
+    def _start_ready(self) -> bool:
+        started = False
+        for name in self._order:
+            if len(self._running) >= self.max_parallel:
+                break
+            op = self._operations[name]
+            if op.state != WAITING:
+                continue
+            if any(self._dependency_state(d) != SUCCEEDED for d in op.depends_on):
+                continue
+            self._launch(op)
+            started = True
+            if self._failure_message is not None:
+                break
+        return started
+
+    def _fail_now(self, op: OperationState, message: str, *, code: str, detail: Any = None) -> None:
+        op.state = FAILED
+        op.message = message
+        op.completed_at = now_iso()
+        entry = diagnostic(message, code=code, detail=detail)
+        op.diagnostics = [*op.diagnostics, entry]
+        op.version += 1
+        self._diagnostics.append(entry)
+        if self._failure_message is None:
+            self._failure_message = message
+
+    def _launch(self, op: OperationState) -> None:
+        handler = self.registry.get(op.type)
+        if handler is None:
+            self._fail_now(
+                op,
+                f"Unknown operation type found: {op.type} on operation: {op.name}",
+                code="unknown_type",
+            )
+            return
+        context = dict(self._context)
+        context[OPERATION_NAME] = op.name
+        resolution = resolve_references(op.payload, context)
+        problems = [f"unknown reference {name}" for name in resolution.missing]
+        problems += resolution.invalid
+        if problems:
+            self._fail_now(
+                op,
+                f"Operation {op.name} has invalid references: {'; '.join(problems)}",
+                code="invalid_reference",
+            )
+            return
+        op.run_id += 1
+        op.state = EXECUTING
+        op.percent_complete = 0.0
+        op.message = "executing"
+        op.started_at = now_iso()
+        op.version += 1
+        deadline = time.monotonic() + op.timeout_seconds if op.timeout_seconds else None
+        run_id = op.run_id
+        name = op.name
+        ctx = OperationContext(
+            agenda_id=self.agenda_id,
+            operation_name=name,
+            operation_type=op.type,
+            operation={"name": name, "type": op.type, "payload": op.payload},
+            prior=op.prior,
+            allow_exec=self.registry.allow_exec,
+            cancel_grace_seconds=self.registry.cancel_grace_seconds,
+            deadline=deadline,
+            settings=self.registry.settings,
+            on_progress=lambda percent, message, params: self._progress(
+                name, run_id, percent, message, params
+            ),
+            on_add_operations=lambda operations: self.add_operations(operations, parent=name),
+        )
+        thread = threading.Thread(
+            target=self._execute,
+            args=(name, run_id, handler, resolution.value, ctx),
+            name=f"pop-op-{name}",
+            daemon=True,
+        )
+        self._running[name] = _Running(run_id=run_id, ctx=ctx, deadline=deadline, thread=thread)
+        thread.start()
+
+    def _execute(
+        self, name: str, run_id: int, handler: Any, payload: Any, ctx: OperationContext
+    ) -> None:
+        try:
+            result = handler(payload, ctx)
+        except Cancelled as exc:
+            outcome: tuple[str, Any] = ("cancelled", str(exc))
+        except HandlerError as exc:
+            outcome = ("error", diagnostic(exc.message, code=exc.code, detail=exc.detail))
+        except Exception as exc:  # the handler's own bug fails only its operation
+            outcome = (
+                "error",
+                diagnostic(
+                    f"Failed to execute operation: {name}: {exc.__class__.__name__}: {exc}",
+                    code="exception",
+                    detail=traceback.format_exc(limit=20),
+                ),
+            )
+        else:
+            outcome = ("cancelled", "cancelled") if ctx.cancelled.is_set() else ("ok", result)
+        self._events.put(("done", run_id, name, outcome))
+
+    def _progress(
+        self,
+        name: str,
+        run_id: int,
+        percent: float | None,
+        message: str | None,
+        params: dict[str, Any] | None,
+    ) -> None:
+        with self._lock:
+            op = self._operations.get(name)
+            if op is None or op.run_id != run_id or op.state != EXECUTING:
+                return
+            if percent is not None:
+                op.percent_complete = percent
+            if message is not None:
+                op.message = message
+            if params is not None:
+                op.params = params
+            op.version += 1
+        self._notify(False)
+
+    def _finish(self, name: str, run_id: int, outcome: tuple[str, Any]) -> bool:
+        running = self._running.get(name)
+        op = self._operations.get(name)
+        if running is None or op is None or running.run_id != run_id or op.state != EXECUTING:
+            return False  # already timed out or abandoned
+        del self._running[name]
+        kind, value = outcome
+        op.completed_at = now_iso()
+        op.version += 1
+        if kind == "ok":
+            op.state = SUCCEEDED
+            op.percent_complete = 100.0
+            op.message = SUCCEEDED
+            op.result = value
+            self._context[name + OUTPUT_SUFFIX] = value
+        elif kind == "cancelled":
+            op.state = self._stop_outcome or ABORTED
+            op.message = self._stop_message or str(value)
+            if op.state == FAILED:
+                op.diagnostics = [*op.diagnostics, diagnostic(op.message, code="interrupted")]
+        else:
+            op.state = FAILED
+            op.message = value["message"]
+            op.diagnostics = [*op.diagnostics, value]
+            self._diagnostics.append(value)
+            if self._failure_message is None:
+                self._failure_message = f"Operation {name} failed: {value['message']}"
+        return True
+
+    def _end_running(self, name: str, state: str, message: str, *, code: str) -> None:
+        running = self._running.pop(name)
+        running.ctx.cancelled.set()
+        op = self._operations[name]
+        op.state = state
+        op.message = message
+        op.completed_at = now_iso()
+        if state == FAILED:
+            op.diagnostics = [*op.diagnostics, diagnostic(message, code=code)]
+        op.version += 1
+
+    def _check_timeouts(self, now: float) -> bool:
+        expired = [
+            name
+            for name, running in self._running.items()
+            if running.deadline is not None and now >= running.deadline
+        ]
+        for name in expired:
+            op = self._operations[name]
+            message = f"Operation {name} timed out after {op.timeout_seconds:g} s"
+            self._end_running(name, FAILED, message, code="timeout")
+            self._diagnostics.append(op.diagnostics[-1])
+            if self._failure_message is None:
+                self._failure_message = message
+        return bool(expired)
+
+    def _result(self, state: str, message: str) -> DagResult:
+        if state == SUCCEEDED:
+            percent = 100.0
+        else:
+            percent = self._percent()
+        return DagResult(
+            state=state,
+            message=message,
+            percent_complete=percent,
+            diagnostics=list(self._diagnostics),
+            operations={name: copy.deepcopy(self._operations[name]) for name in self._order},
+        )

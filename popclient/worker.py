@@ -1,0 +1,541 @@
+"""The reference puller: long-poll pull, run agendas as DAGs, report progress (DESIGN §5.3–5.5).
+
+One :class:`Worker` pulls from one insight, runs up to ``concurrency`` agendas at once
+(each in its own :class:`~popclient.dag.DagRunner`), and reports through one reporter
+thread:
+
+- a report for an execution at least every ``lease_seconds / 3`` (the lease is read from
+  ``execution.lease_expires_at`` minus now, and refreshed from each report answer), at
+  once on every operation state change, and progress-only changes within
+  ``progress_interval`` seconds;
+- ``abort``/``pause`` flags in an answer abort or pause that agenda's runner;
+- a 409 (or 404) answer means the execution is no longer ours: the runner is cancelled and
+  nothing more is reported for it;
+- the final report carries ``state: succeeded|failed|aborted|paused``.
+
+With ``batch > 1`` pulls ask for up to ``batch`` agendas and reports due together go
+through the batch endpoint ``executions/report/``.
+
+Shutdown (:meth:`Worker.stop`, SIGTERM in the CLI): stop pulling, let running agendas
+finish for up to ``drain_seconds``, then hand back what still runs: its handlers are
+cancelled and it is reported ``failed`` with a ``worker_shutdown`` diagnostic, so the
+server retries it at the point of failure (succeeded operations are kept). ``paused`` is
+deliberately not used: a paused agenda waits for a person to resume it.
+
+Run it in a thread for tests: ``Worker(client, insight).run()`` returns an exit code;
+``stop()`` from another thread.
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+import re
+import socket
+import threading
+import time
+from collections.abc import Mapping
+from dataclasses import dataclass
+from datetime import UTC, datetime
+from typing import Any
+
+from popclient.client import PopClient
+from popclient.dag import FAILED, DagResult, DagRunner, diagnostic
+from popclient.errors import (
+    Conflict,
+    Forbidden,
+    NotFound,
+    PopError,
+    Unauthorized,
+    ValidationFailed,
+)
+from popclient.handlers import HandlerRegistry, default_registry
+
+log = logging.getLogger(__name__)
+
+_UUID = re.compile(r"^[0-9a-fA-F]{8}-?([0-9a-fA-F]{4}-?){3}[0-9a-fA-F]{12}$")
+MAX_BATCH_REPORTS = 100
+DEFAULT_LEASE_SECONDS = 60.0
+
+
+def default_worker_name() -> str:
+    return f"{socket.gethostname()}-{os.getpid()}"
+
+
+def parse_time(value: Any) -> datetime | None:
+    if not isinstance(value, str) or not value:
+        return None
+    try:
+        parsed = datetime.fromisoformat(value.replace("Z", "+00:00"))
+    except ValueError:
+        return None
+    if parsed.tzinfo is None:
+        parsed = parsed.replace(tzinfo=UTC)
+    return parsed
+
+
+def seconds_until(value: Any) -> float | None:
+    expires = parse_time(value)
+    if expires is None:
+        return None
+    return (expires - datetime.now(UTC)).total_seconds()
+
+
+@dataclass
+class _Report:
+    run: AgendaRun
+    body: dict[str, Any]
+    versions: dict[str, int]
+    final: bool
+
+
+class AgendaRun:
+    """One pulled agenda: its runner thread, lease and reporting bookkeeping."""
+
+    def __init__(self, worker: Worker, item: Mapping[str, Any]) -> None:
+        self.worker = worker
+        self.agenda: dict[str, Any] = dict(item.get("agenda") or {})
+        execution = item.get("execution") or {}
+        self.execution_id = str(execution.get("id"))
+        self.lease_token = str(execution.get("lease_token"))
+        self.agenda_id = str(self.agenda.get("id") or "")
+        self.cid = self.agenda.get("cid") or None
+        lease = seconds_until(execution.get("lease_expires_at"))
+        if lease is None or lease <= 0:
+            lease = worker.default_lease_seconds
+        self.lease_seconds = max(1.0, lease)
+        self.interval = max(0.2, self.lease_seconds / 3)
+        self.started = time.monotonic()
+        self.last_report = 0.0  # monotonic time of the last report attempt (0: none yet)
+        self.last_success = time.monotonic()
+        self.retry_at = 0.0
+        self.failures = 0
+        self.urgent = True  # the first report says "executing" without waiting
+        self.dirty = False
+        self.sent_versions: dict[str, int] = {}
+        self.result: DagResult | None = None
+        self.done = False
+        self.dropped = False
+        self.in_flight = False
+        self.runner = DagRunner(
+            self.agenda,
+            registry=worker.registry,
+            prior_progress=item.get("progress")
+            if isinstance(item.get("progress"), Mapping)
+            else None,
+            max_parallel=worker.parallel,
+            on_change=self._changed,
+            on_add_operations=self._add_operations,
+            abort_grace_seconds=worker.abort_grace_seconds,
+        )
+        self.thread = threading.Thread(
+            target=self._run, name=f"pop-agenda-{self.agenda_id[:8]}", daemon=True
+        )
+
+    def _changed(self, urgent: bool) -> None:
+        with self.worker._cond:
+            if urgent:
+                self.urgent = True
+            else:
+                self.dirty = True
+            self.worker._cond.notify_all()
+
+    def _add_operations(self, operations: list[dict[str, Any]]) -> None:
+        self.worker.client.add_operations(
+            self.execution_id, self.lease_token, operations, cid=self.cid
+        )
+
+    def _run(self) -> None:
+        try:
+            result = self.runner.run()
+        except Exception as exc:  # keep the worker alive; report the agenda failed
+            log.exception("agenda %s: runner crashed", self.agenda_id)
+            result = DagResult(
+                state=FAILED,
+                message=f"worker error: {exc}",
+                percent_complete=self.runner.percent_complete(),
+                diagnostics=[diagnostic(f"worker error: {exc}", code="worker_error")],
+                operations=self.runner.operations(),
+            )
+        with self.worker._cond:
+            self.result = result
+            self.urgent = True
+            self.worker._cond.notify_all()
+        log.info("agenda %s finished: %s (%s)", self.agenda_id, result.state, result.message)
+
+    # -- reporting (called by the reporter under worker._cond) --------------------------
+
+    def due_at(self) -> float:
+        """Monotonic time at which this run next needs a report."""
+        if self.done or self.in_flight:
+            return float("inf")
+        if self.retry_at:
+            return self.retry_at
+        if self.urgent or self.result is not None:
+            return 0.0
+        due = self.last_report + self.interval if self.last_report else 0.0
+        if self.dirty:
+            due = min(due, self.last_report + self.worker.progress_interval)
+        return due
+
+    def build(self) -> _Report:
+        items, versions = self.runner.changes_since(self.sent_versions)
+        body: dict[str, Any] = {}
+        if items:
+            body["operations"] = items
+        result = self.result
+        if result is not None:
+            body["state"] = result.state
+            body["percent_complete"] = result.percent_complete
+            body["message"] = result.message[:2000]
+            if result.diagnostics:
+                body["diagnostics"] = result.diagnostics
+        else:
+            body["percent_complete"] = self.runner.percent_complete()
+        self.urgent = False
+        self.dirty = False
+        self.in_flight = True
+        self.last_report = time.monotonic()
+        return _Report(self, body, versions, result is not None)
+
+
+class Worker:
+    """Pulls agendas from one insight and runs them. See the module docstring."""
+
+    def __init__(
+        self,
+        client: PopClient,
+        insight: str,
+        *,
+        registry: HandlerRegistry | None = None,
+        name: str | None = None,
+        concurrency: int = 1,
+        batch: int = 1,
+        parallel: int = 8,
+        wait_seconds: float = 10.0,
+        drain_seconds: float = 30.0,
+        progress_interval: float = 5.0,
+        abort_grace_seconds: float = 5.0,
+        default_lease_seconds: float = DEFAULT_LEASE_SECONDS,
+        max_agendas: int | None = None,
+        idle_exit_seconds: float | None = None,
+    ) -> None:
+        self.client = client
+        self.insight = insight
+        self.insight_id: str | None = insight if _UUID.match(insight) else None
+        self.registry = registry or default_registry()
+        self.name = name or default_worker_name()
+        self.concurrency = max(1, concurrency)
+        self.batch = max(1, min(100, batch))
+        self.parallel = max(1, parallel)
+        self.wait_seconds = max(0.0, min(20.0, wait_seconds))
+        self.drain_seconds = max(0.0, drain_seconds)
+        self.progress_interval = progress_interval
+        self.abort_grace_seconds = abort_grace_seconds
+        self.default_lease_seconds = default_lease_seconds
+        self.max_agendas = max_agendas
+        self.idle_exit_seconds = idle_exit_seconds
+        self.pulled = 0
+        self.outcomes: dict[str, str] = {}  # agenda id → final state reported (or "dropped")
+        self._cond = threading.Condition()
+        self._runs: dict[str, AgendaRun] = {}
+        self._stopping = threading.Event()
+        self._drain_deadline: float | None = None
+        self._reporter: threading.Thread | None = None
+        self._reporter_stop = False
+
+    # -- control ------------------------------------------------------------------------
+
+    def stop(self, *, immediate: bool = False) -> None:
+        """Stop pulling; running agendas get ``drain_seconds`` (0 if immediate) to finish."""
+        with self._cond:
+            deadline = time.monotonic() + (0.0 if immediate else self.drain_seconds)
+            if self._drain_deadline is None or deadline < self._drain_deadline:
+                self._drain_deadline = deadline
+            self._stopping.set()
+            self._cond.notify_all()
+
+    @property
+    def stopping(self) -> bool:
+        return self._stopping.is_set()
+
+    def active(self) -> int:
+        with self._cond:
+            return len(self._runs)
+
+    # -- main loop ----------------------------------------------------------------------
+
+    def resolve_insight(self) -> str:
+        """The insight's id: ``--insight`` may be an id or a name."""
+        if self.insight_id:
+            return self.insight_id
+        for insight in self.client.paginate("insights/"):
+            if str(insight.get("name", "")).lower() == self.insight.lower():
+                self.insight_id = str(insight["id"])
+                return self.insight_id
+        raise NotFound(f"no visible insight named {self.insight!r}")
+
+    def run(self) -> int:
+        """Pull and run until stopped (or ``max_agendas``/``idle_exit_seconds``); exit code."""
+        try:
+            insight_id = self.resolve_insight()
+        except PopError as exc:
+            log.error("cannot resolve insight %s: %s", self.insight, exc)
+            return 1
+        log.info(
+            "worker %s pulling insight %s (concurrency %d, batch %d, handlers: %s)",
+            self.name,
+            insight_id,
+            self.concurrency,
+            self.batch,
+            ", ".join(self.registry.types()),
+        )
+        self._reporter = threading.Thread(
+            target=self._report_loop, name="pop-reporter", daemon=True
+        )
+        self._reporter.start()
+        exit_code = 0
+        failures = 0
+        idle_since = time.monotonic()
+        try:
+            while not self._stopping.is_set():
+                if self.max_agendas is not None and self.pulled >= self.max_agendas:
+                    self.stop()
+                    break
+                free = self._wait_for_slot()
+                if free <= 0:
+                    continue
+                count = min(self.batch, free)
+                if self.max_agendas is not None:
+                    count = min(count, self.max_agendas - self.pulled)
+                try:
+                    items = self.client.pull(
+                        insight_id, count=count, worker=self.name, wait_seconds=self.wait_seconds
+                    )
+                except (Unauthorized, Forbidden, NotFound, ValidationFailed) as exc:
+                    log.error("pull refused, stopping: %s", exc)
+                    exit_code = 1
+                    self.stop()
+                    break
+                except PopError as exc:
+                    failures += 1
+                    delay = min(30.0, 0.5 * 2 ** min(failures, 6))
+                    log.warning("pull failed (%s); retrying in %.1fs", exc, delay)
+                    self._stopping.wait(delay)
+                    continue
+                failures = 0
+                for item in items:
+                    self._start(item)
+                if items:
+                    idle_since = time.monotonic()
+                elif (
+                    self.idle_exit_seconds is not None
+                    and self.active() == 0
+                    and time.monotonic() - idle_since >= self.idle_exit_seconds
+                ):
+                    self.stop()
+                elif self.wait_seconds == 0:
+                    self._stopping.wait(0.5)
+        finally:
+            self._drain()
+        return exit_code
+
+    def _wait_for_slot(self) -> int:
+        with self._cond:
+            free = self.concurrency - len(self._runs)
+            if free <= 0:
+                self._cond.wait(timeout=1.0)
+                free = self.concurrency - len(self._runs)
+            return free
+
+    def _start(self, item: Mapping[str, Any]) -> None:
+        run = AgendaRun(self, item)
+        with self._cond:
+            self._runs[run.execution_id] = run
+            self.pulled += 1
+            self._cond.notify_all()
+        log.info(
+            "agenda %s: execution %s, lease %.0fs",
+            run.agenda_id,
+            run.execution_id,
+            run.lease_seconds,
+        )
+        run.thread.start()
+
+    def _drain(self) -> None:
+        if self._drain_deadline is None:
+            self.stop()
+        with self._cond:
+            while self._runs and time.monotonic() < (self._drain_deadline or 0):
+                self._cond.wait(timeout=0.5)
+            remaining = [run for run in self._runs.values() if run.result is None]
+        for run in remaining:
+            log.warning("agenda %s: handing back (worker shutting down)", run.agenda_id)
+            run.runner.cancel(
+                outcome=FAILED,
+                message=f"worker {self.name} shut down; handed back for retry",
+            )
+        hand_back_deadline = time.monotonic() + self.abort_grace_seconds + 10.0
+        with self._cond:
+            while self._runs and time.monotonic() < hand_back_deadline:
+                self._cond.wait(timeout=0.5)
+            if self._runs:
+                log.error(
+                    "giving up on %d agenda(s); the server will reclaim them when leases expire",
+                    len(self._runs),
+                )
+            self._reporter_stop = True
+            self._cond.notify_all()
+        if self._reporter is not None:
+            self._reporter.join(timeout=5.0)
+
+    # -- reporting ----------------------------------------------------------------------
+
+    def _report_loop(self) -> None:
+        while True:
+            with self._cond:
+                if self._reporter_stop:
+                    return
+                now = time.monotonic()
+                due = [run for run in self._runs.values() if run.due_at() <= now]
+                if not due:
+                    next_due = min((run.due_at() for run in self._runs.values()), default=now + 1)
+                    self._cond.wait(timeout=max(0.01, min(1.0, next_due - now)))
+                    continue
+                reports = [run.build() for run in due]
+            try:
+                self._send(reports)
+            except Exception:  # never let the reporter die
+                log.exception("reporter error")
+                with self._cond:
+                    for report in reports:
+                        report.run.in_flight = False
+                        report.run.retry_at = time.monotonic() + 1.0
+
+    def _send(self, reports: list[_Report]) -> None:
+        if self.batch > 1 and len(reports) > 1:
+            for start in range(0, len(reports), MAX_BATCH_REPORTS):
+                chunk = reports[start : start + MAX_BATCH_REPORTS]
+                self._send_batch(chunk)
+            return
+        for report in reports:
+            try:
+                answer = self.client.report(
+                    report.run.execution_id,
+                    report.run.lease_token,
+                    cid=report.run.cid,
+                    **report.body,
+                )
+            except PopError as exc:
+                self._handle(report, None, exc)
+            else:
+                self._handle(report, answer, None)
+
+    def _send_batch(self, reports: list[_Report]) -> None:
+        try:
+            results = self.client.report_batch(
+                [
+                    {
+                        "execution": report.run.execution_id,
+                        "lease_token": report.run.lease_token,
+                        **report.body,
+                    }
+                    for report in reports
+                ]
+            )
+        except PopError as exc:
+            for report in reports:
+                self._handle(report, None, exc)
+            return
+        for index, report in enumerate(reports):
+            item = results[index] if index < len(results) else None
+            if not isinstance(item, Mapping):
+                self._handle(report, None, PopError("batch report: no result for this item"))
+                continue
+            status = item.get("status") or item.get("status_code")
+            ok = item.get("ok")
+            if ok is None:
+                ok = status is None or 200 <= int(status) < 300
+            if ok:
+                self._handle(report, item, None)
+                continue
+            message = str(item.get("error") or item.get("detail") or item.get("errors") or item)
+            error: PopError
+            if status == 409 or item.get("code") == "conflict":
+                error = Conflict(message, status_code=409, body=item)
+            elif status == 404:
+                error = NotFound(message, status_code=404, body=item)
+            elif status == 400:
+                error = ValidationFailed(message, errors=item.get("errors") or {}, status_code=400)
+            else:
+                error = PopError(message, status_code=int(status) if status else None, body=item)
+            self._handle(report, None, error)
+
+    def _handle(
+        self, report: _Report, answer: Mapping[str, Any] | None, error: PopError | None
+    ) -> None:
+        run = report.run
+        abort = pause = False
+        with self._cond:
+            run.in_flight = False
+            if error is None:
+                run.sent_versions.update(report.versions)
+                run.failures = 0
+                run.retry_at = 0.0
+                run.last_success = time.monotonic()
+                answer = answer or {}
+                lease = seconds_until(answer.get("lease_expires_at"))
+                if lease is not None and lease > 0:
+                    run.lease_seconds = max(1.0, lease)
+                    run.interval = max(0.2, lease / 3)
+                abort = bool(answer.get("abort"))
+                pause = bool(answer.get("pause"))
+                if report.final:
+                    self._finish(run, report.body.get("state", "?"))
+            elif isinstance(error, Conflict | NotFound):
+                log.warning(
+                    "agenda %s: execution %s is no longer ours (%s); dropping it",
+                    run.agenda_id,
+                    run.execution_id,
+                    error,
+                )
+                run.runner.cancel(outcome=FAILED, message="execution taken away by the server")
+                self._finish(run, "dropped")
+            elif isinstance(error, ValidationFailed):
+                # Resending the same body cannot succeed: skip the rejected operation items,
+                # and for the final report keep at least the outcome.
+                log.error("agenda %s: report rejected: %s", run.agenda_id, error)
+                run.sent_versions.update(report.versions)
+                if report.final and "operations" in report.body:
+                    run.retry_at = time.monotonic()
+                elif report.final:
+                    self._finish(run, "rejected")
+            else:
+                run.failures += 1
+                lease_left = run.last_success + run.lease_seconds - time.monotonic()
+                if report.final and lease_left < -run.lease_seconds:
+                    log.error(
+                        "agenda %s: final report undeliverable (%s); giving up",
+                        run.agenda_id,
+                        error,
+                    )
+                    self._finish(run, "undelivered")
+                else:
+                    delay = min(run.interval, 0.5 * 2 ** min(run.failures, 5))
+                    log.warning(
+                        "agenda %s: report failed (%s); retry in %.1fs", run.agenda_id, error, delay
+                    )
+                    run.retry_at = time.monotonic() + delay
+            self._cond.notify_all()
+        if abort and not run.runner.abort_requested and run.result is None:
+            log.info("agenda %s: abort requested by the server", run.agenda_id)
+            run.runner.request_abort("aborted on request")
+        if pause and not run.runner.pause_requested and run.result is None:
+            log.info("agenda %s: pause requested by the server", run.agenda_id)
+            run.runner.request_pause()
+
+    def _finish(self, run: AgendaRun, outcome: str) -> None:
+        run.done = True
+        run.dropped = outcome == "dropped"
+        self.outcomes[run.agenda_id] = outcome
+        self._runs.pop(run.execution_id, None)
