@@ -637,12 +637,18 @@ def _media_duration(source: str, payload: Mapping[str, Any], ctx: OperationConte
 
 def transcode_handler(payload: Any, ctx: OperationContext) -> Any:
     """ffmpeg ``input`` → ``output``. Optional: ``video_codec``, ``audio_codec``, ``width``,
-    ``height``, ``video_bitrate``, ``audio_bitrate``, ``preset``, ``extra_args`` (list),
+    ``height``, ``video_bitrate``, ``audio_bitrate``, ``preset``, ``input_args`` (list, before
+    ``-i``), ``extra_args`` (list, output options),
     ``overwrite`` (true). Reports percent from ffmpeg's progress. Result: ``{output,
     size_bytes, summary?}``."""
     source, output = _input_output(payload)
     _require_program("ffmpeg", "transcode")
-    arguments: list[str] = ["-y" if payload.get("overwrite", True) else "-n", "-i", source]
+    input_args = payload.get("input_args") or []
+    if not isinstance(input_args, list):
+        raise HandlerError("input_args must be a list", code="invalid_payload")
+    arguments: list[str] = ["-y" if payload.get("overwrite", True) else "-n"]
+    arguments += [str(arg) for arg in input_args]
+    arguments += ["-i", source]
     options = [
         ("video_codec", "-c:v"),
         ("video_bitrate", "-b:v"),
