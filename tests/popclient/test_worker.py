@@ -1,0 +1,427 @@
+"""The worker against an in-process fake of the puller API (DESIGN §5.3, §5.4)."""
+
+import json
+import re
+import threading
+import time
+import uuid
+from datetime import UTC, datetime, timedelta
+
+import httpx
+
+from popclient.client import PopClient
+from popclient.handlers import default_registry
+from popclient.worker import Worker
+
+INSIGHT_ID = "6f1c1c2e-0000-4000-8000-000000000001"
+
+
+class FakePop:
+    """Just enough of the server: insights list, pull, report (single and batch)."""
+
+    def __init__(self, *, lease_seconds=3.0):
+        self.lock = threading.Lock()
+        self.lease_seconds = lease_seconds
+        self.queue = []
+        self.executions = {}  # id → dict(agenda_id, token, done, reports, abort, pause)
+        self.paths = []
+        self.abort_after_reports = {}  # agenda id → n reports then answer abort
+        self.pause_when_executing = {}  # agenda id → answer pause once this op executes
+        self.conflict_agendas = set()
+        self.fail_reports = 0  # answer 500 to this many reports
+
+    # -- helpers for tests --------------------------------------------------------------
+
+    def submit(self, operations, *, progress=None, agenda_id=None):
+        agenda_id = agenda_id or str(uuid.uuid4())
+        self.queue.append(
+            {
+                "agenda": {"id": agenda_id, "cid": f"cid-{agenda_id}", "operations": operations},
+                "progress": progress or {"state": "queued", "operations": []},
+            }
+        )
+        return agenda_id
+
+    def execution_for(self, agenda_id):
+        return next(e for e in self.executions.values() if e["agenda_id"] == agenda_id)
+
+    def reports(self, agenda_id):
+        return self.execution_for(agenda_id)["reports"]
+
+    def final(self, agenda_id):
+        return self.reports(agenda_id)[-1]
+
+    def op_states(self, agenda_id, name):
+        return [
+            item["state"]
+            for report in self.reports(agenda_id)
+            for item in report.get("operations", [])
+            if item["name"] == name
+        ]
+
+    # -- HTTP ---------------------------------------------------------------------------
+
+    def lease(self):
+        expires = datetime.now(UTC) + timedelta(seconds=self.lease_seconds)
+        return expires.isoformat().replace("+00:00", "Z")
+
+    def __call__(self, request):
+        with self.lock:
+            self.paths.append((request.method, request.url.path))
+            body = json.loads(request.content) if request.content else {}
+            path = request.url.path
+            if path == "/api/v1/insights/":
+                insights = [{"id": INSIGHT_ID, "name": "media"}]
+                return self.json(200, {"count": 1, "next": None, "results": insights})
+            if path == f"/api/v1/insights/{INSIGHT_ID}/pull/":
+                return self.json(200, {"agendas": self.pull(body)})
+            if path == "/api/v1/executions/report/":
+                results = []
+                for item in body["reports"]:
+                    fields = {
+                        k: v for k, v in item.items() if k not in ("execution", "lease_token")
+                    }
+                    status, answer = self.report(item["execution"], item["lease_token"], fields)
+                    if status != 200:
+                        answer = {"ok": False, "status": status, "error": answer["detail"]}
+                    results.append(answer)
+                return self.json(200, {"results": results})
+            match = re.fullmatch(r"/api/v1/executions/([^/]+)/report/", path)
+            if match:
+                status, answer = self.report(
+                    match.group(1), request.headers.get("X-POP-Lease"), body
+                )
+                return self.json(status, answer)
+            return self.json(404, {"detail": "not found"})
+
+    @staticmethod
+    def json(status, body):
+        return httpx.Response(status, json=body)
+
+    def pull(self, body):
+        items = []
+        while self.queue and len(items) < body["count"]:
+            item = self.queue.pop(0)
+            execution_id = str(uuid.uuid4())
+            token = str(uuid.uuid4())
+            self.executions[execution_id] = {
+                "agenda_id": item["agenda"]["id"],
+                "token": token,
+                "worker": body["worker"],
+                "done": False,
+                "reports": [],
+            }
+            items.append(
+                {
+                    **item,
+                    "execution": {
+                        "id": execution_id,
+                        "lease_token": token,
+                        "lease_expires_at": self.lease(),
+                        "number": 1,
+                    },
+                }
+            )
+        return items
+
+    def report(self, execution_id, token, fields):
+        execution = self.executions.get(execution_id)
+        if execution is None or execution["token"] != token:
+            return 409, {"detail": "unknown execution or lease"}
+        if execution["done"] or execution["agenda_id"] in self.conflict_agendas:
+            return 409, {"detail": "execution is no longer current"}
+        if self.fail_reports > 0:
+            self.fail_reports -= 1
+            return 500, {"detail": "database hiccup"}
+        execution["reports"].append({**fields, "_at": time.monotonic()})
+        if fields.get("state"):
+            execution["done"] = True
+        count = len(execution["reports"])
+        agenda_id = execution["agenda_id"]
+        abort = count >= self.abort_after_reports.get(agenda_id, float("inf"))
+        pause_op = self.pause_when_executing.get(agenda_id)
+        pause = pause_op is not None and "executing" in self.op_states(agenda_id, pause_op)
+        return 200, {"abort": abort, "pause": pause, "lease_expires_at": self.lease()}
+
+
+def make_worker(fake, **kwargs):
+    client = PopClient(
+        "http://pop.test", "worker-token", transport=httpx.MockTransport(fake), retries=2,
+        backoff=0.01,
+    )  # fmt: skip
+    kwargs.setdefault("registry", default_registry(allow_exec=True))
+    kwargs.setdefault("wait_seconds", 0)
+    kwargs.setdefault("drain_seconds", 10)
+    kwargs.setdefault("name", "test-worker")
+    return Worker(client, kwargs.pop("insight", INSIGHT_ID), **kwargs)
+
+
+def run_in_thread(worker):
+    box = {}
+    thread = threading.Thread(target=lambda: box.setdefault("code", worker.run()), daemon=True)
+    thread.start()
+    return thread, box
+
+
+def test_worker_runs_an_agenda_whose_later_operations_use_earlier_results():
+    fake = FakePop()
+    agenda_id = fake.submit(
+        [
+            {"name": "probe", "type": "echo", "payload": {"width": 640, "hdr": False}},
+            {"name": "encode", "type": "echo",
+             "payload": {"w": "@<probe.out::/width>", "hdr": "@<probe.out::/hdr>"}},
+            {"name": "notify", "type": "echo",
+             "payload": {"msg": "encoded at @<encode.out::/w>", "agenda": "@<pop.agendaId>"}},
+        ]
+    )  # fmt: skip
+    worker = make_worker(fake, max_agendas=1, insight="media")
+
+    assert worker.run() == 0
+
+    final = fake.final(agenda_id)
+    assert final["state"] == "succeeded"
+    assert final["percent_complete"] == 100.0
+    results = {
+        item["name"]: item["result"]
+        for report in fake.reports(agenda_id)
+        for item in report.get("operations", [])
+        if item["state"] == "succeeded"
+    }
+    assert results == {
+        "probe": {"width": 640, "hdr": False},
+        "encode": {"w": 640, "hdr": False},
+        "notify": {"msg": "encoded at 640", "agenda": agenda_id},
+    }
+    assert fake.execution_for(agenda_id)["worker"] == "test-worker"
+    assert worker.outcomes == {agenda_id: "succeeded"}
+
+
+def transitions(states):
+    return [state for i, state in enumerate(states) if i == 0 or states[i - 1] != state]
+
+
+def test_every_operation_state_change_is_reported():
+    fake = FakePop()
+    agenda_id = fake.submit(
+        [
+            {"name": "a", "type": "sleep", "payload": {"seconds": 0.2}},
+            {"name": "b", "type": "sleep", "payload": {"seconds": 0.2}, "depends_on": ["a"]},
+        ]
+    )
+
+    make_worker(fake, max_agendas=1).run()
+
+    assert transitions(fake.op_states(agenda_id, "a")) == ["executing", "succeeded"]
+    assert transitions(fake.op_states(agenda_id, "b")) == ["executing", "succeeded"]
+    assert fake.final(agenda_id)["state"] == "succeeded"
+
+
+def test_reports_are_sent_at_least_every_third_of_the_lease():
+    fake = FakePop(lease_seconds=0.9)
+    agenda_id = fake.submit([{"name": "nap", "type": "sleep", "payload": {"seconds": 1.5}}])
+
+    make_worker(fake, max_agendas=1, progress_interval=60).run()
+
+    times = [report["_at"] for report in fake.reports(agenda_id)]
+    gaps = [later - earlier for earlier, later in zip(times, times[1:], strict=False)]
+    assert len(times) >= 5
+    assert max(gaps) < 0.5  # lease 0.9 s → a report every 0.3 s
+    percents = [r["percent_complete"] for r in fake.reports(agenda_id)]
+    assert any(0 < p < 100 for p in percents)
+
+
+def test_abort_flag_cancels_a_running_subprocess_and_reports_aborted(tmp_path):
+    fake = FakePop(lease_seconds=0.9)
+    script = "import time; time.sleep(60)"
+    agenda_id = fake.submit(
+        [
+            {"name": "job", "type": "exec", "payload": {"argv": ["python3", "-c", script]}},
+            {"name": "after", "type": "log", "payload": {"message": "x"}, "depends_on": ["job"]},
+        ]
+    )
+    fake.abort_after_reports[agenda_id] = 2
+    started = time.monotonic()
+
+    make_worker(fake, max_agendas=1).run()
+
+    reports = fake.reports(agenda_id)
+    final = reports[-1]
+    assert final["state"] == "aborted"
+    assert final["_at"] - reports[1]["_at"] < 2.0  # within 2 s of the answer carrying the flag
+    assert time.monotonic() - started < 4.0
+    assert fake.op_states(agenda_id, "job")[-1] == "aborted"
+    assert fake.op_states(agenda_id, "after") == []
+
+
+def test_pause_flag_finishes_running_operations_and_reports_paused():
+    fake = FakePop(lease_seconds=0.6)
+    agenda_id = fake.submit(
+        [
+            {"name": "first", "type": "sleep", "payload": {"seconds": 0.5}},
+            {"name": "second", "type": "log", "payload": {"message": "x"}, "depends_on": ["first"]},
+        ]
+    )
+    fake.pause_when_executing[agenda_id] = "first"
+
+    make_worker(fake, max_agendas=1).run()
+
+    final = fake.final(agenda_id)
+    assert final["state"] == "paused"
+    assert final["percent_complete"] == 50.0
+    assert fake.op_states(agenda_id, "first")[-1] == "succeeded"
+    assert fake.op_states(agenda_id, "second") == []
+
+
+def test_retry_resumes_from_prior_progress_without_rerunning_succeeded_operations():
+    fake = FakePop()
+    prior = {
+        "state": "queued",
+        "attempts_completed": 1,
+        "operations": [
+            {"name": "one", "state": "succeeded", "result": {"token": "abc"}},
+            {
+                "name": "two",
+                "state": "failed",
+                "params": {"failures": 1},
+                "diagnostics": [{"message": "boom"}],
+            },
+        ],
+    }
+    agenda_id = fake.submit(
+        [
+            {"name": "one", "type": "fail", "payload": {}},  # would fail if it ran again
+            {"name": "two", "type": "fail", "payload": {"times": 1, "result": "@<one.out>"}},
+        ],
+        progress=prior,
+    )
+
+    make_worker(fake, max_agendas=1).run()
+
+    assert fake.final(agenda_id)["state"] == "succeeded"
+    assert fake.op_states(agenda_id, "one") == []  # skipped: never reported again
+    two = [
+        item
+        for report in fake.reports(agenda_id)
+        for item in report.get("operations", [])
+        if item["name"] == "two" and item["state"] == "succeeded"
+    ]
+    assert two[0]["result"] == {"token": "abc"}
+
+
+def test_a_failed_operation_fails_the_agenda_with_diagnostics():
+    fake = FakePop()
+    agenda_id = fake.submit([{"name": "bad", "type": "fail", "payload": {"message": "no disk"}}])
+
+    make_worker(fake, max_agendas=1).run()
+
+    final = fake.final(agenda_id)
+    assert final["state"] == "failed"
+    assert final["message"] == "Operation bad failed: no disk"
+    assert final["diagnostics"][0]["message"] == "no disk"
+    items = [i for r in fake.reports(agenda_id) for i in r.get("operations", [])]
+    failed = [i for i in items if i["name"] == "bad" and i["state"] == "failed"][0]
+    assert failed["diagnostics"][0]["message"] == "no disk"
+
+
+def test_conflict_on_report_drops_the_agenda_and_stops_its_handlers():
+    fake = FakePop(lease_seconds=0.6)
+    agenda_id = fake.submit([{"name": "nap", "type": "sleep", "payload": {"seconds": 30}}])
+    fake.conflict_agendas.add(agenda_id)
+    worker = make_worker(fake, max_agendas=1)
+    started = time.monotonic()
+
+    assert worker.run() == 0
+
+    assert time.monotonic() - started < 3.0
+    assert worker.outcomes == {agenda_id: "dropped"}
+    assert fake.reports(agenda_id) == []
+
+
+def test_failed_reports_are_retried():
+    fake = FakePop()
+    fake.fail_reports = 4
+    agenda_id = fake.submit([{"name": "a", "type": "log", "payload": {"message": "hi"}}])
+
+    make_worker(fake, max_agendas=1).run()
+
+    assert fake.final(agenda_id)["state"] == "succeeded"
+    assert fake.op_states(agenda_id, "a")[-1] == "succeeded"
+
+
+def test_batch_mode_pulls_several_agendas_and_uses_the_batch_report_endpoint():
+    fake = FakePop()
+    ids = [
+        fake.submit([{"name": "nap", "type": "sleep", "payload": {"seconds": 0.3}}])
+        for _ in range(3)
+    ]
+
+    worker = make_worker(fake, concurrency=3, batch=3, max_agendas=3)
+    worker.run()
+
+    assert [fake.final(agenda_id)["state"] for agenda_id in ids] == ["succeeded"] * 3
+    pulls = [p for p in fake.paths if p[1].endswith("/pull/")]
+    assert len(pulls) == 1  # one pull of 3
+    assert ("POST", "/api/v1/executions/report/") in fake.paths
+
+
+def test_stop_hands_back_running_work_as_failed_and_exits_zero():
+    fake = FakePop()
+    agenda_id = fake.submit(
+        [
+            {"name": "quick", "type": "log", "payload": {"message": "x"}},
+            {"name": "long", "type": "sleep", "payload": {"seconds": 60}, "depends_on": ["quick"]},
+        ]
+    )
+    worker = make_worker(fake, drain_seconds=0.3)
+    thread, box = run_in_thread(worker)
+    deadline = time.monotonic() + 5
+    while "executing" not in fake_states(fake, agenda_id, "long") and time.monotonic() < deadline:
+        time.sleep(0.05)
+
+    worker.stop()
+    thread.join(5)
+
+    assert box["code"] == 0
+    final = fake.final(agenda_id)
+    assert final["state"] == "failed"
+    assert "shut down; handed back for retry" in final["message"]
+    assert fake.op_states(agenda_id, "quick")[-1] == "succeeded"
+    assert fake.op_states(agenda_id, "long")[-1] == "failed"
+
+
+def fake_states(fake, agenda_id, name):
+    with fake.lock:
+        try:
+            return fake.op_states(agenda_id, name)
+        except StopIteration:
+            return []
+
+
+def test_stop_lets_short_work_finish_within_the_drain_period():
+    fake = FakePop()
+    agenda_id = fake.submit([{"name": "nap", "type": "sleep", "payload": {"seconds": 0.5}}])
+    worker = make_worker(fake, drain_seconds=10)
+    thread, box = run_in_thread(worker)
+    deadline = time.monotonic() + 5
+    while not fake_states(fake, agenda_id, "nap") and time.monotonic() < deadline:
+        time.sleep(0.02)
+
+    worker.stop()
+    thread.join(5)
+
+    assert box["code"] == 0
+    assert fake.final(agenda_id)["state"] == "succeeded"
+
+
+def test_unknown_insight_name_exits_with_an_error():
+    worker = make_worker(FakePop(), insight="no-such-insight")
+
+    assert worker.run() == 1
+
+
+def test_idle_exit():
+    worker = make_worker(FakePop(), idle_exit_seconds=0.2)
+    started = time.monotonic()
+
+    assert worker.run() == 0
+    assert time.monotonic() - started < 3.0
