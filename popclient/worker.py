@@ -58,6 +58,13 @@ MAX_BATCH_REPORTS = 100
 DEFAULT_LEASE_SECONDS = 60.0
 
 
+def _number(value: Any) -> float | None:
+    try:
+        return float(value)
+    except (TypeError, ValueError):
+        return None
+
+
 def default_worker_name() -> str:
     return f"{socket.gethostname()}-{os.getpid()}"
 
@@ -100,11 +107,13 @@ class AgendaRun:
         self.lease_token = str(execution.get("lease_token"))
         self.agenda_id = str(self.agenda.get("id") or "")
         self.cid = self.agenda.get("cid") or None
-        lease = seconds_until(execution.get("lease_expires_at"))
+        lease = _number(execution.get("lease_seconds"))
+        if lease is None or lease <= 0:
+            lease = seconds_until(execution.get("lease_expires_at"))
         if lease is None or lease <= 0:
             lease = worker.default_lease_seconds
         self.lease_seconds = max(1.0, lease)
-        self.interval = max(0.2, self.lease_seconds / 3)
+        self.interval = worker.report_interval(self.lease_seconds)
         self.started = time.monotonic()
         self.last_report = 0.0  # monotonic time of the last report attempt (0: none yet)
         self.last_success = time.monotonic()
@@ -217,6 +226,7 @@ class Worker:
         progress_interval: float = 5.0,
         abort_grace_seconds: float = 5.0,
         default_lease_seconds: float = DEFAULT_LEASE_SECONDS,
+        max_report_interval: float = 20.0,
         max_agendas: int | None = None,
         idle_exit_seconds: float | None = None,
     ) -> None:
@@ -233,6 +243,7 @@ class Worker:
         self.progress_interval = progress_interval
         self.abort_grace_seconds = abort_grace_seconds
         self.default_lease_seconds = default_lease_seconds
+        self.max_report_interval = max_report_interval
         self.max_agendas = max_agendas
         self.idle_exit_seconds = idle_exit_seconds
         self.pulled = 0
@@ -244,12 +255,20 @@ class Worker:
         self._reporter: threading.Thread | None = None
         self._reporter_stop = False
 
+    def report_interval(self, lease_seconds: float) -> float:
+        """A third of the lease, capped so a server clock ahead of ours cannot stretch it."""
+        return max(0.2, min(lease_seconds / 3, self.max_report_interval))
+
     # -- control ------------------------------------------------------------------------
 
-    def stop(self, *, immediate: bool = False) -> None:
-        """Stop pulling; running agendas get ``drain_seconds`` (0 if immediate) to finish."""
+    def stop(self, *, immediate: bool = False, finish: bool = False) -> None:
+        """Stop pulling. Running agendas get ``drain_seconds`` to finish (none if
+        ``immediate``, as long as they need if ``finish``), then are handed back."""
         with self._cond:
-            deadline = time.monotonic() + (0.0 if immediate else self.drain_seconds)
+            if finish:
+                deadline = float("inf")
+            else:
+                deadline = time.monotonic() + (0.0 if immediate else self.drain_seconds)
             if self._drain_deadline is None or deadline < self._drain_deadline:
                 self._drain_deadline = deadline
             self._stopping.set()
@@ -300,7 +319,7 @@ class Worker:
         try:
             while not self._stopping.is_set():
                 if self.max_agendas is not None and self.pulled >= self.max_agendas:
-                    self.stop()
+                    self.stop(finish=True)
                     break
                 free = self._wait_for_slot()
                 if free <= 0:
@@ -333,7 +352,7 @@ class Worker:
                     and self.active() == 0
                     and time.monotonic() - idle_since >= self.idle_exit_seconds
                 ):
-                    self.stop()
+                    self.stop(finish=True)
                 elif self.wait_seconds == 0:
                     self._stopping.wait(0.5)
         finally:
@@ -487,7 +506,7 @@ class Worker:
                 lease = seconds_until(answer.get("lease_expires_at"))
                 if lease is not None and lease > 0:
                     run.lease_seconds = max(1.0, lease)
-                    run.interval = max(0.2, lease / 3)
+                    run.interval = self.report_interval(run.lease_seconds)
                 abort = bool(answer.get("abort"))
                 pause = bool(answer.get("pause"))
                 if report.final:

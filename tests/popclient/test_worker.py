@@ -425,3 +425,20 @@ def test_idle_exit():
 
     assert worker.run() == 0
     assert time.monotonic() - started < 3.0
+
+
+def test_max_agendas_waits_for_running_work_even_past_the_drain_period():
+    fake = FakePop()
+    agenda_id = fake.submit([{"name": "nap", "type": "sleep", "payload": {"seconds": 0.5}}])
+
+    assert make_worker(fake, max_agendas=1, drain_seconds=0.05).run() == 0
+
+    assert fake.final(agenda_id)["state"] == "succeeded"
+
+
+def test_report_interval_is_a_third_of_the_lease_capped():
+    worker = make_worker(FakePop(), max_report_interval=20)
+
+    assert worker.report_interval(30) == 10
+    assert worker.report_interval(300) == 20
+    assert worker.report_interval(0.3) == 0.2
