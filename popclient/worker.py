@@ -56,6 +56,7 @@ log = logging.getLogger(__name__)
 _UUID = re.compile(r"^[0-9a-fA-F]{8}-?([0-9a-fA-F]{4}-?){3}[0-9a-fA-F]{12}$")
 MAX_BATCH_REPORTS = 100
 DEFAULT_LEASE_SECONDS = 60.0
+IDLE_PULL_PAUSE = 0.5  # least time between two empty pulls
 
 
 def _number(value: Any) -> float | None:
@@ -327,6 +328,7 @@ class Worker:
                 count = min(self.batch, free)
                 if self.max_agendas is not None:
                     count = min(count, self.max_agendas - self.pulled)
+                pull_started = time.monotonic()
                 try:
                     items = self.client.pull(
                         insight_id, count=count, worker=self.name, wait_seconds=self.wait_seconds
@@ -353,8 +355,11 @@ class Worker:
                     and time.monotonic() - idle_since >= self.idle_exit_seconds
                 ):
                     self.stop(finish=True)
-                elif self.wait_seconds == 0:
-                    self._stopping.wait(0.5)
+                else:
+                    # An empty answer that came back at once (no long-poll): don't spin.
+                    idle = IDLE_PULL_PAUSE - (time.monotonic() - pull_started)
+                    if idle > 0:
+                        self._stopping.wait(idle)
         finally:
             self._drain()
         return exit_code

@@ -1,7 +1,12 @@
 """The worker against an in-process fake of the puller API (DESIGN §5.3, §5.4)."""
 
+import http.server
 import json
+import os
 import re
+import signal
+import subprocess
+import sys
 import threading
 import time
 import uuid
@@ -442,3 +447,101 @@ def test_report_interval_is_a_third_of_the_lease_capped():
     assert worker.report_interval(30) == 10
     assert worker.report_interval(300) == 20
     assert worker.report_interval(0.3) == 0.2
+
+
+# -- a real worker process over real HTTP ----------------------------------------------
+
+
+class _Adapter(http.server.BaseHTTPRequestHandler):
+    """Serves a FakePop over HTTP so a `pop worker` subprocess can talk to it."""
+
+    protocol_version = "HTTP/1.1"
+
+    def _handle(self):
+        length = int(self.headers.get("Content-Length") or 0)
+        request = httpx.Request(
+            self.command,
+            f"http://pop.test{self.path}",
+            headers=dict(self.headers.items()),
+            content=self.rfile.read(length),
+        )
+        response = self.server.fake(request)
+        data = response.content
+        self.send_response(response.status_code)
+        self.send_header("Content-Type", "application/json")
+        self.send_header("Content-Length", str(len(data)))
+        self.end_headers()
+        self.wfile.write(data)
+
+    do_GET = do_POST = _handle
+
+    def log_message(self, *args):
+        pass
+
+
+def serve(fake):
+    server = http.server.ThreadingHTTPServer(("127.0.0.1", 0), _Adapter)
+    server.daemon_threads = True
+    server.fake = fake
+    threading.Thread(target=server.serve_forever, daemon=True).start()
+    return server, f"http://127.0.0.1:{server.server_address[1]}"
+
+
+def start_worker_process(url, *extra):
+    env = {key: value for key, value in os.environ.items() if not key.startswith("POP_")}
+    return subprocess.Popen(
+        [sys.executable, "-m", "popclient", "worker", "--url", url, "--token", "t",
+         "--insight", INSIGHT_ID, "--wait-seconds", "1", "--name", "proc", *extra],
+        env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+    )  # fmt: skip
+
+
+def wait_until(predicate, timeout=10.0):
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        if predicate():
+            return True
+        time.sleep(0.05)
+    return False
+
+
+def test_sigterm_hands_back_long_work_and_exits_zero():
+    fake = FakePop()
+    agenda_id = fake.submit(
+        [
+            {"name": "first", "type": "log", "payload": {"message": "x"}},
+            {"name": "long", "type": "sleep", "payload": {"seconds": 60}, "depends_on": ["first"]},
+        ]
+    )
+    server, url = serve(fake)
+    process = start_worker_process(url, "--drain-seconds", "0.5")
+    try:
+        assert wait_until(lambda: "executing" in fake_states(fake, agenda_id, "long"))
+        process.send_signal(signal.SIGTERM)
+        assert process.wait(timeout=15) == 0
+    finally:
+        process.kill()
+        server.shutdown()
+
+    final = fake.final(agenda_id)
+    assert final["state"] == "failed"
+    assert "proc shut down; handed back for retry" in final["message"]
+    assert fake.op_states(agenda_id, "first")[-1] == "succeeded"
+    assert fake.op_states(agenda_id, "long")[-1] == "failed"
+    assert not [e for e in fake.executions.values() if not e["done"]]  # nothing left running
+
+
+def test_sigterm_lets_short_work_finish():
+    fake = FakePop()
+    agenda_id = fake.submit([{"name": "nap", "type": "sleep", "payload": {"seconds": 1}}])
+    server, url = serve(fake)
+    process = start_worker_process(url, "--drain-seconds", "20")
+    try:
+        assert wait_until(lambda: "executing" in fake_states(fake, agenda_id, "nap"))
+        process.send_signal(signal.SIGTERM)
+        assert process.wait(timeout=15) == 0
+    finally:
+        process.kill()
+        server.shutdown()
+
+    assert fake.final(agenda_id)["state"] == "succeeded"
