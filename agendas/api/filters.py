@@ -1,0 +1,71 @@
+"""Query filters of the agenda endpoints (DESIGN §8); every filter documents itself."""
+
+import django_filters
+
+from agendas.models import Agenda, AgendaProgress, AgendaTemplate, OperationProgress
+from popsite.api import OwnedRowFilter, customer_filter
+
+AgendaState = AgendaProgress.State
+OperationState = OperationProgress.State
+
+
+class AgendaFilter(OwnedRowFilter):
+    customer = customer_filter()
+    state = django_filters.MultipleChoiceFilter(
+        field_name="progress__state",
+        choices=AgendaState.choices,
+        help_text="Only agendas in these states (repeat the parameter for several).",
+    )
+    insight = django_filters.UUIDFilter(field_name="insight_id", help_text="Insight id.")
+    template = django_filters.UUIDFilter(field_name="template_id", help_text="Template id.")
+    schedule = django_filters.UUIDFilter(field_name="schedule_id", help_text="Schedule id.")
+    external_id = django_filters.CharFilter(help_text="Exact external id.")
+
+    class Meta:
+        model = Agenda
+        fields = ["link_id", "cid", "customer", "state", "insight", "template", "external_id"]
+
+
+class AgendaProgressFilter(OwnedRowFilter):
+    customer = customer_filter()
+    agenda = django_filters.UUIDFilter(field_name="agenda_id", help_text="Agenda id.")
+    state = django_filters.MultipleChoiceFilter(
+        choices=AgendaState.choices,
+        help_text="Only progress in these states (repeat the parameter for several).",
+    )
+    insight = django_filters.UUIDFilter(field_name="agenda__insight_id", help_text="Insight id.")
+    template = django_filters.UUIDFilter(field_name="agenda__template_id", help_text="Template id.")
+    external_id = django_filters.CharFilter(
+        field_name="agenda__external_id", help_text="Exact external id of the agenda."
+    )
+
+    class Meta:
+        model = AgendaProgress
+        fields = ["link_id", "cid", "customer", "agenda", "state"]
+
+
+class OperationProgressFilter(OwnedRowFilter):
+    customer = customer_filter()
+    agenda = django_filters.UUIDFilter(
+        field_name="agenda_progress__agenda_id", help_text="Agenda id."
+    )
+    state = django_filters.MultipleChoiceFilter(
+        choices=OperationState.choices,
+        help_text="Only operations in these states (repeat the parameter for several).",
+    )
+    name = django_filters.CharFilter(help_text="Exact operation name.")
+    type = django_filters.CharFilter(help_text="Exact operation type.")
+
+    class Meta:
+        model = OperationProgress
+        fields = ["link_id", "cid", "customer", "agenda", "state", "name", "type"]
+
+
+class AgendaTemplateFilter(OwnedRowFilter):
+    customer = customer_filter()
+    name = django_filters.CharFilter(help_text="Exact template name.")
+    is_global = django_filters.BooleanFilter(help_text="Only global (true) or private (false).")
+
+    class Meta:
+        model = AgendaTemplate
+        fields = ["link_id", "cid", "customer", "name", "is_global"]

@@ -1,0 +1,397 @@
+"""Shapes of agendas, progress, executions and templates (DESIGN §2, §4, §6).
+
+Input serializers check types, lengths and formats; the agenda's cross-field rules (DAG,
+references, insight mapping) are the services' (STYLE rule 9).
+"""
+
+from typing import Any
+
+from drf_spectacular.utils import PolymorphicProxySerializer, extend_schema_field
+from rest_framework import serializers
+
+from agendas.models import Agenda, AgendaProgress, AgendaTemplate, Execution, OperationProgress
+from agendas.services import RerunMode
+from agendas.states import processing_state
+from popsite.api import JSONObjectField, JSONValueField, ScopedRelatedField
+from resourcepools.models import Customer, Membership
+from resourcepools.selectors import customer_list, has_role
+
+Role = Membership.Role
+MAX_OPERATIONS = 1000
+MAX_BULK = 1000
+
+
+def _all_customers(*, principal: Any) -> Any:
+    """Customers referenced by id only (allowed_customers): UUIDs are not guessable."""
+    return Customer.objects.all()
+
+
+# --- input ---------------------------------------------------------------------------------
+
+
+class OperationInputSerializer(serializers.Serializer):
+    name = serializers.CharField(
+        max_length=100, trim_whitespace=False, help_text="Unique in the agenda (case-insensitive)."
+    )
+    type = serializers.CharField(
+        max_length=100, trim_whitespace=False, help_text="Handler type; picks the insight."
+    )
+    payload = JSONValueField(required=False, help_text="Handler input; may hold @<…> references.")
+    depends_on = serializers.ListField(
+        child=serializers.CharField(max_length=100, trim_whitespace=False),
+        required=False,
+        max_length=MAX_OPERATIONS,
+        help_text="Names of operations that must succeed first.",
+    )
+    timeout_seconds = serializers.IntegerField(
+        required=False, min_value=1, max_value=7 * 86_400, help_text="Per-operation time limit."
+    )
+    params = JSONObjectField(required=False, help_text="Free-form parameters for mapping.")
+
+    def to_internal_value(self, data: Any) -> Any:
+        if isinstance(data, dict):
+            unknown = sorted(str(key) for key in data if key not in self.fields)
+            if unknown:
+                raise serializers.ValidationError(
+                    {"non_field_errors": [f"Unknown fields: {', '.join(unknown)}."]}
+                )
+        return super().to_internal_value(data)
+
+
+class AgendaSubmitSerializer(serializers.Serializer):
+    operations = OperationInputSerializer(
+        many=True, max_length=MAX_OPERATIONS, help_text="1 to 1000 operations."
+    )
+    customer = ScopedRelatedField(
+        selector=customer_list,
+        slug_field="slug",
+        required=False,
+        help_text="Customer id or slug; required only when you submit for several.",
+    )
+    params = JSONObjectField(required=False, help_text="Agenda-wide parameters.")
+    link_id = serializers.CharField(
+        max_length=255, required=False, allow_blank=True, help_text="Grouping key."
+    )
+    external_id = serializers.CharField(
+        max_length=255, required=False, allow_blank=True, help_text="Your own id for it."
+    )
+    priority = serializers.IntegerField(
+        required=False, min_value=0, max_value=9, help_text="0–9, higher first; default 5."
+    )
+    max_attempts = serializers.IntegerField(
+        required=False, min_value=1, max_value=20, help_text="1–20; default 3."
+    )
+    retry_delay_seconds = serializers.IntegerField(
+        required=False,
+        min_value=0,
+        max_value=86_400,
+        help_text="Backoff base; doubles per attempt, capped at 600 s. Default 10.",
+    )
+    callback_url = serializers.URLField(
+        max_length=1000, required=False, allow_blank=True, help_text="Overrides the customer's."
+    )
+    run_after = serializers.DateTimeField(
+        required=False, allow_null=True, help_text="Not eligible before this time."
+    )
+    do_not_run = serializers.BooleanField(
+        required=False, help_text="Hold it (pending) until rerun."
+    )
+    default_insight = serializers.CharField(
+        max_length=200, required=False, help_text="Preferred insight, by name or id."
+    )
+
+
+class AgendaBulkItemSerializer(AgendaSubmitSerializer):
+    idempotency_key = serializers.CharField(
+        max_length=255,
+        required=False,
+        help_text="Like the Idempotency-Key header, for this item.",
+    )
+
+
+@extend_schema_field(AgendaBulkItemSerializer(many=True))
+class BulkItemsField(serializers.ListField):
+    """Raw items: each is validated on its own so one bad item never fails the others."""
+
+    child = JSONValueField()
+
+
+class AgendaBulkSerializer(serializers.Serializer):
+    agendas = BulkItemsField(min_length=1, max_length=MAX_BULK, help_text="1 to 1000 agendas.")
+
+
+class AgendaRerunSerializer(serializers.Serializer):
+    mode = serializers.ChoiceField(
+        choices=list(RerunMode.ALL),
+        default=RerunMode.CONTINUE,
+        help_text="continue: keep finished operations; reset_all; operations_to_reset.",
+    )
+    operations = serializers.ListField(
+        child=serializers.CharField(max_length=100, trim_whitespace=False),
+        required=False,
+        max_length=MAX_OPERATIONS,
+        help_text="For operations_to_reset: these and everything depending on them.",
+    )
+    skip_execution = serializers.BooleanField(
+        default=False, help_text="Reset, but hold the agenda (pending, do not run)."
+    )
+
+
+class TemplateRunSerializer(serializers.Serializer):
+    payload = JSONValueField(required=False, default=dict, help_text="Becomes @<pop.payload>.")
+    customer = ScopedRelatedField(
+        selector=customer_list,
+        slug_field="slug",
+        required=False,
+        help_text="Customer id or slug; required only when you submit for several.",
+    )
+    params = JSONObjectField(required=False, help_text="Overrides the template's params.")
+    link_id = serializers.CharField(max_length=255, required=False, allow_blank=True)
+    external_id = serializers.CharField(max_length=255, required=False, allow_blank=True)
+    priority = serializers.IntegerField(required=False, min_value=0, max_value=9)
+    max_attempts = serializers.IntegerField(required=False, min_value=1, max_value=20)
+    retry_delay_seconds = serializers.IntegerField(required=False, min_value=0, max_value=86_400)
+    callback_url = serializers.URLField(max_length=1000, required=False, allow_blank=True)
+    run_after = serializers.DateTimeField(required=False)
+    do_not_run = serializers.BooleanField(required=False)
+    default_insight = serializers.CharField(max_length=200, required=False)
+
+
+class TemplatePreviewSerializer(serializers.Serializer):
+    payload = JSONValueField(required=False, default=dict, help_text="Becomes @<pop.payload>.")
+
+
+class ProgressSummaryQuerySerializer(serializers.Serializer):
+    link_id = serializers.CharField(max_length=255, help_text="The grouping key to summarise.")
+
+
+# --- output --------------------------------------------------------------------------------
+
+
+class OperationProgressSerializer(serializers.ModelSerializer):
+    agenda = serializers.UUIDField(source="agenda_progress.agenda_id", read_only=True)
+
+    class Meta:
+        model = OperationProgress
+        fields = [
+            "id",
+            "agenda",
+            "customer",
+            "link_id",
+            "cid",
+            "position",
+            "name",
+            "type",
+            "state",
+            "message",
+            "percent_complete",
+            "attempt_count",
+            "started_at",
+            "completed_at",
+            "result",
+            "diagnostics",
+            "params",
+            "is_generated",
+            "created_at",
+            "updated_at",
+        ]
+        read_only_fields = fields
+
+
+class AgendaProgressSerializer(serializers.ModelSerializer):
+    processing_state = serializers.SerializerMethodField()
+    operations = OperationProgressSerializer(many=True, read_only=True)
+
+    class Meta:
+        model = AgendaProgress
+        fields = [
+            "id",
+            "agenda",
+            "customer",
+            "link_id",
+            "cid",
+            "state",
+            "processing_state",
+            "message",
+            "percent_complete",
+            "attempts_completed",
+            "run_after",
+            "do_not_run",
+            "abort_requested",
+            "pause_requested",
+            "diagnostics",
+            "started_at",
+            "completed_at",
+            "current_execution",
+            "operations",
+            "created_at",
+            "updated_at",
+        ]
+        read_only_fields = fields
+
+    def get_processing_state(self, progress: AgendaProgress) -> str:
+        return processing_state(progress.state)
+
+
+class AgendaSerializer(serializers.ModelSerializer):
+    customer_slug = serializers.CharField(source="customer.slug", read_only=True)
+    insight_name = serializers.CharField(source="insight.name", read_only=True)
+    state = serializers.CharField(source="progress.state", read_only=True)
+    processing_state = serializers.SerializerMethodField()
+    processing_state_message = serializers.CharField(source="progress.message", read_only=True)
+    percent_complete = serializers.FloatField(source="progress.percent_complete", read_only=True)
+    progress = AgendaProgressSerializer(read_only=True)
+
+    class Meta:
+        model = Agenda
+        fields = [
+            "id",
+            "customer",
+            "customer_slug",
+            "template",
+            "schedule",
+            "insight",
+            "insight_name",
+            "link_id",
+            "cid",
+            "external_id",
+            "idempotency_key",
+            "operations",
+            "params",
+            "priority",
+            "max_attempts",
+            "retry_delay_seconds",
+            "callback_url",
+            "state",
+            "processing_state",
+            "processing_state_message",
+            "percent_complete",
+            "progress",
+            "created_at",
+            "updated_at",
+        ]
+        read_only_fields = fields
+
+    def get_processing_state(self, agenda: Agenda) -> str:
+        return processing_state(agenda.progress.state)
+
+
+class AgendaBulkErrorSerializer(serializers.Serializer):
+    errors = serializers.DictField(
+        child=serializers.ListField(child=serializers.CharField()),
+        help_text="The item's problems by field path; nothing was written for it.",
+    )
+
+
+@extend_schema_field(
+    PolymorphicProxySerializer(
+        component_name="AgendaBulkResult",
+        serializers=[AgendaSerializer, AgendaBulkErrorSerializer],
+        resource_type_field_name=None,
+        many=True,
+    )
+)
+class BulkResultsField(serializers.ListField):
+    child = JSONValueField()
+
+
+class AgendaBulkResponseSerializer(serializers.Serializer):
+    results = BulkResultsField(help_text="One per submitted item, in order.")
+
+
+class ExecutionSerializer(serializers.ModelSerializer):
+    class Meta:
+        model = Execution
+        fields = [
+            "id",
+            "agenda",
+            "number",
+            "insight",
+            "worker",
+            "lease_expires_at",
+            "started_at",
+            "last_report_at",
+            "ended_at",
+            "outcome",
+            "diagnostics",
+            "created_at",
+        ]
+        read_only_fields = fields
+
+
+class AgendaTemplateSerializer(serializers.ModelSerializer):
+    customer = ScopedRelatedField(
+        selector=customer_list,
+        slug_field="slug",
+        required=False,
+        help_text="Owner id or slug; required only when you administer several customers.",
+    )
+    agenda = JSONObjectField(help_text="Agenda body with @<…> references (DESIGN §4.3).")
+    static_parameters = JSONObjectField(required=False, help_text="Names usable as @<key>.")
+    payload_schema = JSONValueField(
+        required=False, allow_null=True, help_text="JSON Schema the run payload must satisfy."
+    )
+    allowed_customers = serializers.ListField(
+        child=ScopedRelatedField(selector=_all_customers),
+        required=False,
+        write_only=True,
+        max_length=1000,
+        help_text="Ids of customers this template is shared with.",
+    )
+    allowed_customer_ids = serializers.SerializerMethodField(
+        help_text="Customers it is shared with; null unless you administer its owner."
+    )
+
+    class Meta:
+        model = AgendaTemplate
+        fields = [
+            "id",
+            "customer",
+            "link_id",
+            "cid",
+            "name",
+            "description",
+            "agenda",
+            "static_parameters",
+            "payload_schema",
+            "is_global",
+            "allowed_customers",
+            "allowed_customer_ids",
+            "created_at",
+            "updated_at",
+        ]
+        read_only_fields = ["id", "cid", "created_at", "updated_at"]
+        validators: list = []  # (customer, name) uniqueness is the service's (IntegrityError)
+
+    @extend_schema_field(
+        {"type": "array", "items": {"type": "string", "format": "uuid"}, "nullable": True}
+    )
+    def get_allowed_customer_ids(self, template: AgendaTemplate) -> list[str] | None:
+        request = self.context.get("request")
+        if not has_role(getattr(request, "user", None), template.customer_id, Role.ADMIN):
+            return None
+        return [str(customer.pk) for customer in template.allowed_customers.all()]
+
+
+class TemplatePreviewResponseSerializer(serializers.Serializer):
+    agenda = JSONObjectField(help_text="The expanded agenda body a run would submit.")
+    errors = serializers.DictField(
+        child=serializers.ListField(child=serializers.CharField()),
+        help_text="What a run would refuse, by field path; empty when it would be accepted.",
+    )
+
+
+class ProgressSummaryAgendaSerializer(serializers.Serializer):
+    id = serializers.UUIDField()
+    state = serializers.ChoiceField(choices=AgendaProgress.State.choices)
+    percent = serializers.FloatField()
+
+
+class ProgressSummarySerializer(serializers.Serializer):
+    link_id = serializers.CharField()
+    processing_state = serializers.ChoiceField(choices=["waiting", "executing", "complete"])
+    percent_complete = serializers.FloatField()
+    counts = serializers.DictField(
+        child=serializers.IntegerField(), help_text="Number of agendas per state."
+    )
+    agendas = ProgressSummaryAgendaSerializer(many=True)

@@ -1,0 +1,303 @@
+"""Agendas, their progress and executions, templates, progress summary (DESIGN §4–§6, §8)."""
+
+from typing import Any
+
+from django.db.models import QuerySet
+from drf_spectacular.types import OpenApiTypes
+from drf_spectacular.utils import OpenApiParameter, extend_schema
+from rest_framework import mixins, serializers, status
+from rest_framework.decorators import action
+from rest_framework.request import Request
+from rest_framework.response import Response
+
+from agendas.api.filters import (
+    AgendaFilter,
+    AgendaProgressFilter,
+    AgendaTemplateFilter,
+    OperationProgressFilter,
+)
+from agendas.api.serializers import (
+    AgendaBulkItemSerializer,
+    AgendaBulkResponseSerializer,
+    AgendaBulkSerializer,
+    AgendaProgressSerializer,
+    AgendaRerunSerializer,
+    AgendaSerializer,
+    AgendaSubmitSerializer,
+    AgendaTemplateSerializer,
+    ExecutionSerializer,
+    OperationProgressSerializer,
+    ProgressSummaryQuerySerializer,
+    ProgressSummarySerializer,
+    TemplatePreviewResponseSerializer,
+    TemplatePreviewSerializer,
+    TemplateRunSerializer,
+)
+from agendas.models import Agenda
+from agendas.selectors import (
+    agenda_list,
+    agenda_progress_list,
+    agenda_template_list,
+    execution_list,
+    operation_progress_list,
+    progress_summary,
+)
+from agendas.services import (
+    agenda_abort,
+    agenda_pause,
+    agenda_rerun,
+    agenda_resume,
+    agenda_submit,
+    agenda_template_create,
+    agenda_template_delete,
+    agenda_template_preview,
+    agenda_template_run,
+    agenda_template_update,
+    agendas_submit_many,
+)
+from popsite.api import (
+    CONFLICT_RESPONSE,
+    CustomerScopedViewSet,
+    Pagination,
+    PopAPIView,
+    ServiceWritesMixin,
+    flatten_errors,
+)
+
+IDEMPOTENCY_HEADER = "Idempotency-Key"
+IDEMPOTENCY_PARAMETER = OpenApiParameter(
+    IDEMPOTENCY_HEADER,
+    OpenApiTypes.STR,
+    OpenApiParameter.HEADER,
+    description="A repeat with the same key returns the first agenda (200) instead of a copy.",
+)
+
+
+def idempotency_key(request: Request) -> str | None:
+    """The Idempotency-Key header, checked like a field (400 naming the header)."""
+    value = request.headers.get(IDEMPOTENCY_HEADER)
+    if value is None:
+        return None
+    field = serializers.CharField(max_length=255)
+    try:
+        return field.run_validation(value)
+    except serializers.ValidationError as error:
+        raise serializers.ValidationError({IDEMPOTENCY_HEADER: error.detail}) from error
+
+
+def agenda_detail(request: Request, agenda: Agenda) -> dict:
+    """The agenda as the detail endpoint shows it, read back through the scoped selector."""
+    fresh = agenda_list(principal=request.user).get(pk=agenda.pk)
+    return AgendaSerializer(fresh, context={"request": request}).data
+
+
+def bulk_results(request: Request, results: list[Agenda | dict]) -> list[dict]:
+    """Serialize bulk results in order: the agenda (read back in one query) or its errors."""
+    agendas = agenda_list(principal=request.user).in_bulk(
+        [result.pk for result in results if isinstance(result, Agenda)]
+    )
+    context = {"request": request}
+    return [
+        AgendaSerializer(agendas[result.pk], context=context).data
+        if isinstance(result, Agenda)
+        else {"errors": result}
+        for result in results
+    ]
+
+
+@extend_schema(tags=["agendas"])
+class AgendaViewSet(mixins.ListModelMixin, mixins.RetrieveModelMixin, CustomerScopedViewSet):
+    """Agendas: submit (one or in bulk), read with progress, rerun, abort, pause, resume."""
+
+    selector = staticmethod(agenda_list)
+    serializer_class = AgendaSerializer
+    filterset_class = AgendaFilter
+    ordering_fields = ["created_at", "updated_at", "priority"]
+    ordering = ["-created_at"]
+
+    @extend_schema(
+        request=AgendaSubmitSerializer,
+        parameters=[IDEMPOTENCY_PARAMETER],
+        responses={201: AgendaSerializer, 200: AgendaSerializer},
+        summary="Submit an agenda (201); a repeated Idempotency-Key returns the first (200).",
+    )
+    def create(self, request: Request, *args: Any, **kwargs: Any) -> Response:
+        payload = AgendaSubmitSerializer(data=request.data, context={"request": request})
+        payload.is_valid(raise_exception=True)
+        agenda, created = agenda_submit(
+            principal=request.user,
+            cid=request.cid,
+            idempotency_key=idempotency_key(request),
+            **payload.validated_data,
+        )
+        status_code = status.HTTP_201_CREATED if created else status.HTTP_200_OK
+        return Response(agenda_detail(request, agenda), status=status_code)
+
+    @extend_schema(
+        request=AgendaBulkSerializer,
+        responses={200: AgendaBulkResponseSerializer},
+        summary="Submit up to 1000 agendas; each succeeds or fails on its own.",
+    )
+    @action(detail=False, methods=["post"], filter_backends=[])
+    def bulk(self, request: Request) -> Response:
+        payload = AgendaBulkSerializer(data=request.data)
+        payload.is_valid(raise_exception=True)
+        checked = [
+            AgendaBulkItemSerializer(data=item, context={"request": request})
+            for item in payload.validated_data["agendas"]
+        ]
+        valid = [item.validated_data for item in checked if item.is_valid()]
+        submitted = iter(agendas_submit_many(principal=request.user, items=valid, cid=request.cid))
+        results = [
+            flatten_errors(item.errors) if item.errors else next(submitted) for item in checked
+        ]
+        return Response({"results": bulk_results(request, results)})
+
+    @extend_schema(
+        request=AgendaRerunSerializer,
+        responses={200: AgendaSerializer, 409: CONFLICT_RESPONSE},
+        summary="Run a finished, paused or held agenda again.",
+    )
+    @action(detail=True, methods=["post"])
+    def rerun(self, request: Request, pk: str) -> Response:
+        payload = AgendaRerunSerializer(data=request.data)
+        payload.is_valid(raise_exception=True)
+        agenda = self.get_object()
+        agenda_rerun(principal=request.user, agenda=agenda, **payload.validated_data)
+        return Response(agenda_detail(request, agenda))
+
+    @extend_schema(
+        request=None,
+        responses={200: AgendaSerializer, 409: CONFLICT_RESPONSE},
+        summary="Abort; an executing agenda is stopped by its worker at its next report.",
+    )
+    @action(detail=True, methods=["post"])
+    def abort(self, request: Request, pk: str) -> Response:
+        agenda = self.get_object()
+        agenda_abort(principal=request.user, agenda=agenda)
+        return Response(agenda_detail(request, agenda))
+
+    @extend_schema(
+        request=None,
+        responses={200: AgendaSerializer, 409: CONFLICT_RESPONSE},
+        summary="Pause; an executing agenda pauses after its running operations.",
+    )
+    @action(detail=True, methods=["post"])
+    def pause(self, request: Request, pk: str) -> Response:
+        agenda = self.get_object()
+        agenda_pause(principal=request.user, agenda=agenda)
+        return Response(agenda_detail(request, agenda))
+
+    @extend_schema(
+        request=None,
+        responses={200: AgendaSerializer, 409: CONFLICT_RESPONSE},
+        summary="Resume a paused agenda.",
+    )
+    @action(detail=True, methods=["post"])
+    def resume(self, request: Request, pk: str) -> Response:
+        agenda = self.get_object()
+        agenda_resume(principal=request.user, agenda=agenda)
+        return Response(agenda_detail(request, agenda))
+
+    @extend_schema(
+        responses={200: ExecutionSerializer(many=True)},
+        summary="The agenda's attempts, oldest first.",
+    )
+    @action(detail=True, methods=["get"], filter_backends=[], pagination_class=Pagination)
+    def executions(self, request: Request, pk: str) -> Response:
+        attempts = execution_list(principal=request.user).filter(agenda=self.get_object())
+        page = self.paginate_queryset(attempts.order_by("number"))
+        return self.get_paginated_response(ExecutionSerializer(page, many=True).data)
+
+
+@extend_schema(tags=["progress"])
+class AgendaProgressViewSet(
+    mixins.ListModelMixin, mixins.RetrieveModelMixin, CustomerScopedViewSet
+):
+    """The mutable state of agendas, with their operations."""
+
+    selector = staticmethod(agenda_progress_list)
+    serializer_class = AgendaProgressSerializer
+    filterset_class = AgendaProgressFilter
+    ordering_fields = ["created_at", "updated_at", "percent_complete"]
+    ordering = ["-created_at"]
+
+
+@extend_schema(tags=["progress"])
+class OperationProgressViewSet(
+    mixins.ListModelMixin, mixins.RetrieveModelMixin, CustomerScopedViewSet
+):
+    """The progress of single operations."""
+
+    selector = staticmethod(operation_progress_list)
+    serializer_class = OperationProgressSerializer
+    filterset_class = OperationProgressFilter
+    ordering_fields = ["created_at", "updated_at", "position"]
+    ordering = ["-created_at", "position"]
+
+
+@extend_schema(
+    tags=["progress"],
+    parameters=[ProgressSummaryQuerySerializer],
+    responses={200: ProgressSummarySerializer},
+    summary="The combined state of every agenda sharing a link_id (DESIGN §6).",
+)
+class ProgressSummaryView(PopAPIView):
+    def get(self, request: Request) -> Response:
+        query = ProgressSummaryQuerySerializer(data=request.query_params)
+        query.is_valid(raise_exception=True)
+        summary = progress_summary(principal=request.user, link_id=query.validated_data["link_id"])
+        return Response(ProgressSummarySerializer(summary).data)
+
+
+def templates_with_sharing(*, principal: Any) -> QuerySet:
+    """agenda_template_list, with the sharing list loaded for the owners' view of it."""
+    return agenda_template_list(principal=principal).prefetch_related("allowed_customers")
+
+
+@extend_schema(tags=["templates"])
+class AgendaTemplateViewSet(
+    ServiceWritesMixin, mixins.ListModelMixin, mixins.RetrieveModelMixin, CustomerScopedViewSet
+):
+    """Agenda templates: own, global and shared ones are readable; the owner's admin writes."""
+
+    selector = staticmethod(templates_with_sharing)
+    serializer_class = AgendaTemplateSerializer
+    filterset_class = AgendaTemplateFilter
+    ordering_fields = ["name", "created_at"]
+    ordering = ["name"]
+    create_service = staticmethod(agenda_template_create)
+    update_service = staticmethod(agenda_template_update)
+    delete_service = staticmethod(agenda_template_delete)
+    service_object = "template"
+
+    @extend_schema(
+        request=TemplateRunSerializer,
+        responses={201: AgendaSerializer},
+        summary="Expand the template with a payload and submit the agenda.",
+    )
+    @action(detail=True, methods=["post"])
+    def run(self, request: Request, pk: str) -> Response:
+        payload = TemplateRunSerializer(data=request.data, context={"request": request})
+        payload.is_valid(raise_exception=True)
+        agenda, _ = agenda_template_run(
+            principal=request.user,
+            template=self.get_object(),
+            cid=request.cid,
+            **payload.validated_data,
+        )
+        return Response(agenda_detail(request, agenda), status=status.HTTP_201_CREATED)
+
+    @extend_schema(
+        request=TemplatePreviewSerializer,
+        responses={200: TemplatePreviewResponseSerializer},
+        summary="The agenda a run would submit, without submitting it.",
+    )
+    @action(detail=True, methods=["post"])
+    def preview(self, request: Request, pk: str) -> Response:
+        payload = TemplatePreviewSerializer(data=request.data)
+        payload.is_valid(raise_exception=True)
+        body, errors = agenda_template_preview(
+            principal=request.user, template=self.get_object(), **payload.validated_data
+        )
+        return Response({"agenda": body, "errors": errors})

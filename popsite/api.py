@@ -1,0 +1,361 @@
+"""Shared API plumbing: error mapping, parsing limits, schema, fields, scoped viewsets."""
+
+import io
+import uuid
+from collections.abc import Callable
+from typing import Any
+
+import django_filters
+from django.conf import settings
+from django.core.exceptions import PermissionDenied as DjangoPermissionDenied
+from django.core.exceptions import RequestDataTooBig
+from django.core.exceptions import ValidationError as DjangoValidationError
+from django.db.models import Model, ProtectedError, QuerySet
+from django.http import Http404
+from drf_spectacular.openapi import AutoSchema
+from drf_spectacular.types import OpenApiTypes
+from drf_spectacular.utils import OpenApiResponse, extend_schema_field
+from rest_framework import exceptions, serializers, status, views, viewsets
+from rest_framework.parsers import JSONParser
+from rest_framework.request import Request
+from rest_framework.response import Response
+from rest_framework.serializers import as_serializer_error
+from rest_framework.views import exception_handler as drf_exception_handler
+
+from agendas.states import InvalidTransition
+from popsite.pagination import Pagination as Pagination  # re-export; see that module
+
+
+class Conflict(exceptions.APIException):
+    status_code = status.HTTP_409_CONFLICT
+    default_detail = "The object's state does not allow this."
+    default_code = "conflict"
+
+
+class PayloadTooLarge(exceptions.APIException):
+    status_code = status.HTTP_413_REQUEST_ENTITY_TOO_LARGE
+    default_detail = "The request body is larger than 1 MiB."
+    default_code = "payload_too_large"
+
+
+def flatten_errors(detail: Any, prefix: str = "") -> dict[str, list[str]]:
+    """Turn DRF's nested error structure into `{"operations.2.name": [messages]}`."""
+    if isinstance(detail, dict):
+        flat: dict[str, list[str]] = {}
+        for key, value in detail.items():
+            path = f"{prefix}.{key}" if prefix else str(key)
+            for field, messages in flatten_errors(value, path).items():
+                flat.setdefault(field, []).extend(messages)
+        return flat
+    if isinstance(detail, list):
+        if all(not isinstance(item, dict | list) for item in detail):
+            return {prefix or "non_field_errors": [str(item) for item in detail]} if detail else {}
+        flat = {}
+        for index, item in enumerate(detail):
+            path = f"{prefix}.{index}" if prefix else str(index)
+            for field, messages in flatten_errors(item, path).items():
+                flat.setdefault(field, []).extend(messages)
+        return flat
+    return {prefix or "non_field_errors": [str(detail)]}
+
+
+def exception_handler(exc: Exception, context: dict) -> Response | None:
+    """Map domain errors to HTTP: 400 with field paths, 403, 404, 409 with the state, 413."""
+    if isinstance(exc, DjangoValidationError):
+        exc = exceptions.ValidationError(as_serializer_error(exc))
+    elif isinstance(exc, InvalidTransition):
+        response = Response(
+            {"detail": str(exc), "current_state": exc.current_state},
+            status=status.HTTP_409_CONFLICT,
+        )
+        return response
+    elif isinstance(exc, ProtectedError):
+        names = sorted({str(obj._meta.verbose_name) for obj in exc.protected_objects})
+        exc = Conflict(f"Still in use by {', '.join(names)}; delete or change those first.")
+    elif isinstance(exc, DjangoPermissionDenied):
+        exc = exceptions.PermissionDenied(str(exc) or None)
+    elif isinstance(exc, RequestDataTooBig):
+        exc = PayloadTooLarge()
+    elif isinstance(exc, Http404):
+        exc = exceptions.NotFound()
+    if isinstance(exc, exceptions.ValidationError):
+        exc.detail = flatten_errors(exc.detail)
+    return drf_exception_handler(exc, context)
+
+
+def body_limit() -> int:
+    return settings.POP_MAX_BODY_BYTES
+
+
+class LimitedJSONParser(JSONParser):
+    """JSON parser that refuses bodies over the limit with 413.
+
+    DRF hands the raw WSGI stream to its parsers, so Django's DATA_UPLOAD_MAX_MEMORY_SIZE
+    (which guards `request.body` and form parsing) never sees a JSON body.
+    """
+
+    def parse(self, stream: Any, media_type: str | None = None, parser_context: Any = None) -> Any:
+        limit = body_limit()
+        data = stream.read(limit + 1)
+        if len(data) > limit:
+            raise PayloadTooLarge()
+        return super().parse(io.BytesIO(data), media_type, parser_context)
+
+
+# --- OpenAPI -------------------------------------------------------------------------------
+
+
+class ErrorSerializer(serializers.Serializer):
+    detail = serializers.CharField(help_text="What went wrong.")
+
+
+class ConflictSerializer(serializers.Serializer):
+    detail = serializers.CharField(help_text="Why the object's state refuses the request.")
+    current_state = serializers.CharField(
+        required=False, help_text="The state the object is in (state conflicts only)."
+    )
+
+
+FIELD_ERRORS_SCHEMA: dict = {
+    "type": "object",
+    "description": "Field path (`operations.2.depends_on`) to its messages.",
+    "additionalProperties": {"type": "array", "items": {"type": "string"}},
+}
+WRITE_METHODS = frozenset({"POST", "PUT", "PATCH"})
+
+
+class PopAutoSchema(AutoSchema):
+    """Documents the errors every endpoint can answer besides its success response."""
+
+    #: Extra response codes a view documents explicitly (e.g. 409 for state actions).
+    def _get_response_bodies(self, direction: str = "response") -> dict:
+        responses = super()._get_response_bodies(direction)
+        for code, response in self._error_responses().items():
+            if code not in responses:
+                responses[code] = self._get_response_for_code(response, code, direction=direction)
+        return responses
+
+    def _error_responses(self) -> dict[str, OpenApiResponse]:
+        errors: dict[str, OpenApiResponse] = {}
+        has_query = self.method == "GET" and (
+            self._is_list_view() or any(self._get_filter_parameters())
+        )
+        if self.method in WRITE_METHODS or has_query or self._declares_query_parameters():
+            errors["400"] = OpenApiResponse(FIELD_ERRORS_SCHEMA, "Invalid input, by field path.")
+        if self._requires_authentication():
+            errors["401"] = OpenApiResponse(ErrorSerializer, "No or invalid credentials.")
+            errors["403"] = OpenApiResponse(ErrorSerializer, "Visible, but your role is too low.")
+        if "{" in self.path:
+            errors["404"] = OpenApiResponse(ErrorSerializer, "Missing, or another customer's.")
+        if self.method in WRITE_METHODS:
+            errors["413"] = OpenApiResponse(ErrorSerializer, "Request body over 1 MiB.")
+            errors["415"] = OpenApiResponse(ErrorSerializer, "Request body is not JSON.")
+        errors["429"] = OpenApiResponse(ErrorSerializer, "Too many requests; retry later.")
+        return errors
+
+    def _declares_query_parameters(self) -> bool:
+        return any(
+            getattr(parameter, "location", None) == "query"
+            for parameter in self.get_override_parameters()
+        )
+
+    def _requires_authentication(self) -> bool:
+        return bool(getattr(self.view, "permission_classes", None)) and any(
+            getattr(permission, "__name__", "") != "AllowAny"
+            for permission in self.view.permission_classes
+        )
+
+
+CONFLICT_RESPONSE = OpenApiResponse(ConflictSerializer, "The state does not allow this.")
+
+
+# --- fields --------------------------------------------------------------------------------
+
+
+def reject_nul_characters(value: Any, path: str = "") -> None:
+    """PostgreSQL text and jsonb cannot hold NUL characters: refuse them as input errors."""
+    if isinstance(value, str):
+        if "\x00" in value:
+            raise serializers.ValidationError("Null characters are not allowed.")
+    elif isinstance(value, dict):
+        for key, item in value.items():
+            reject_nul_characters(key)
+            reject_nul_characters(item)
+    elif isinstance(value, list):
+        for item in value:
+            reject_nul_characters(item)
+
+
+@extend_schema_field(OpenApiTypes.ANY)
+class JSONValueField(serializers.JSONField):
+    """Any JSON value storable in PostgreSQL jsonb (no NUL characters)."""
+
+    def to_internal_value(self, data: Any) -> Any:
+        value = super().to_internal_value(data)
+        reject_nul_characters(value)
+        return value
+
+
+@extend_schema_field({"type": "object", "additionalProperties": {}})
+class JSONObjectField(JSONValueField):
+    """A JSON object (dict) storable in PostgreSQL jsonb."""
+
+    default_error_messages = {"not_an_object": "Expected a JSON object."}
+
+    def to_internal_value(self, data: Any) -> Any:
+        value = super().to_internal_value(data)
+        if not isinstance(value, dict):
+            self.fail("not_an_object")
+        return value
+
+
+@extend_schema_field(OpenApiTypes.STR)
+class ScopedRelatedField(serializers.Field):
+    """A reference by id (or slug) to a row the requesting principal may see.
+
+    The rows come from a principal-scoped selector, so another customer's id reads as
+    "not found", exactly like the 404 of the endpoints.
+    """
+
+    default_error_messages = {
+        "does_not_exist": "No {model} {value} is visible to you.",
+        "invalid": "Expected an id{slug}.",
+    }
+
+    def __init__(
+        self, *, selector: Callable[..., QuerySet], slug_field: str | None = None, **kwargs: Any
+    ) -> None:
+        self.selector = selector
+        self.slug_field = slug_field
+        super().__init__(**kwargs)
+
+    def to_internal_value(self, data: Any) -> Model:
+        if not isinstance(data, str) or "\x00" in data or len(data) > 200:
+            self.fail("invalid", slug=" or slug" if self.slug_field else "")
+        request = self.context.get("request")
+        rows = self.selector(principal=getattr(request, "user", None))
+        try:
+            lookup = {"pk": uuid.UUID(data)}
+        except ValueError:
+            if self.slug_field is None:
+                self.fail("invalid", slug="")
+            lookup = {self.slug_field: data}
+        found = rows.filter(**lookup).first()
+        if found is None:
+            self.fail("does_not_exist", model=rows.model._meta.verbose_name, value=data)
+        return found
+
+    def to_representation(self, value: Model) -> str:
+        return str(value.pk)
+
+
+# --- views ---------------------------------------------------------------------------------
+
+
+class PopViewMixin:
+    """What every POP API view shares: the schema class, JSON only, the body-size limit."""
+
+    schema = PopAutoSchema()
+    parser_classes = [LimitedJSONParser]
+
+    def initial(self, request: Request, *args: Any, **kwargs: Any) -> None:
+        super().initial(request, *args, **kwargs)
+        length = request.META.get("CONTENT_LENGTH") or "0"
+        if length.isdigit() and int(length) > body_limit():
+            raise PayloadTooLarge()
+
+
+class PopAPIView(PopViewMixin, views.APIView):
+    """Base for API views that are not model viewsets (summaries, token exchange)."""
+
+
+class CustomerScopedViewSet(PopViewMixin, viewsets.GenericViewSet):
+    """Base for customer-facing viewsets: rows come only from a principal-scoped selector.
+
+    `parent_lookups` maps URL keyword arguments of nested routes to queryset fields
+    (`{"customer_pk": "customer_id"}` for `customers/{customer_pk}/members/`).
+    """
+
+    selector: Callable[..., QuerySet]
+    parent_lookups: dict[str, str] = {}
+
+    def __init_subclass__(cls, **kwargs: Any) -> None:
+        super().__init_subclass__(**kwargs)
+        if "get_queryset" in cls.__dict__:
+            raise TypeError(f"{cls.__name__}: scope rows in its selector, not in get_queryset()")
+
+    def get_queryset(self) -> QuerySet:
+        if getattr(self, "swagger_fake_view", False):
+            return self.selector(principal=None).none()
+        rows = self.selector(principal=self.request.user)
+        try:
+            return rows.filter(
+                **{field: self.kwargs[kwarg] for kwarg, field in self.parent_lookups.items()}
+            )
+        except (DjangoValidationError, ValueError, TypeError) as error:
+            raise Http404 from error
+
+
+# --- filters -------------------------------------------------------------------------------
+
+
+class OwnedRowFilter(django_filters.FilterSet):
+    """The filters every customer-owned row offers (DESIGN §8)."""
+
+    link_id = django_filters.CharFilter(help_text="Exact client-chosen grouping key.")
+    cid = django_filters.CharFilter(help_text="Exact correlation id (X-POP-CID of the request).")
+    created_after = django_filters.IsoDateTimeFilter(
+        field_name="created_at", lookup_expr="gte", help_text="Created at or after (ISO 8601)."
+    )
+    created_before = django_filters.IsoDateTimeFilter(
+        field_name="created_at", lookup_expr="lt", help_text="Created before (ISO 8601)."
+    )
+
+
+def customer_filter() -> django_filters.UUIDFilter:
+    return django_filters.UUIDFilter(field_name="customer_id", help_text="Customer id.")
+
+
+class ServiceWritesMixin:
+    """create/update/partial_update/destroy that validate shape, then call one service.
+
+    `create_service(principal=, cid=, **validated_data)`, `update_service(principal=,
+    <service_object>=row, **validated_data)` and `delete_service(principal=,
+    <service_object>=row)`; the row comes from the scoped `get_object()` (foreign → 404).
+    """
+
+    create_service: Callable[..., Model]
+    update_service: Callable[..., Model]
+    delete_service: Callable[..., Any]
+    service_object: str
+
+    def create_arguments(self, validated_data: dict) -> dict:
+        return validated_data
+
+    def create(self, request: Request, *args: Any, **kwargs: Any) -> Response:
+        serializer = self.get_serializer(data=request.data)
+        serializer.is_valid(raise_exception=True)
+        row = self.create_service(
+            principal=request.user,
+            cid=request.cid,
+            **self.create_arguments(serializer.validated_data),
+        )
+        return Response(self.get_serializer(row).data, status=status.HTTP_201_CREATED)
+
+    def update(
+        self, request: Request, *args: Any, partial: bool = False, **kwargs: Any
+    ) -> Response:
+        row = self.get_object()
+        serializer = self.get_serializer(row, data=request.data, partial=partial)
+        serializer.is_valid(raise_exception=True)
+        row = self.update_service(
+            principal=request.user, **{self.service_object: row}, **serializer.validated_data
+        )
+        return Response(self.get_serializer(row).data)
+
+    def partial_update(self, request: Request, *args: Any, **kwargs: Any) -> Response:
+        return self.update(request, *args, partial=True, **kwargs)
+
+    def destroy(self, request: Request, *args: Any, **kwargs: Any) -> Response:
+        self.delete_service(principal=request.user, **{self.service_object: self.get_object()})
+        return Response(status=status.HTTP_204_NO_CONTENT)

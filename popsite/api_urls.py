@@ -1,0 +1,52 @@
+"""Routes of the customer-facing REST API (DESIGN §8); puller routes are scheduling's."""
+
+from django.urls import include, path
+from rest_framework.routers import DefaultRouter
+
+from agendas.api.views import (
+    AgendaProgressViewSet,
+    AgendaTemplateViewSet,
+    AgendaViewSet,
+    OperationProgressViewSet,
+    ProgressSummaryView,
+)
+from resourcepools.api.views import (
+    AuthTokenView,
+    CustomerViewSet,
+    InsightViewSet,
+    MembershipViewSet,
+    ResourcePoolViewSet,
+)
+from scheduling.api.views import (
+    AlertViewSet,
+    CallbackDeliveryViewSet,
+    QueueViewSet,
+    ScheduleViewSet,
+)
+
+
+class Router(DefaultRouter):
+    include_format_suffixes = False
+
+
+router = Router()
+router.register("customers", CustomerViewSet, basename="customer")
+router.register(
+    r"customers/(?P<customer_pk>[^/.]+)/members", MembershipViewSet, basename="membership"
+)
+router.register("resource-pools", ResourcePoolViewSet, basename="resource-pool")
+router.register("insights", InsightViewSet, basename="insight")
+router.register("agenda-templates", AgendaTemplateViewSet, basename="agenda-template")
+router.register("agendas", AgendaViewSet, basename="agenda")
+router.register("agenda-progress", AgendaProgressViewSet, basename="agenda-progress")
+router.register("operation-progress", OperationProgressViewSet, basename="operation-progress")
+router.register("schedules", ScheduleViewSet, basename="schedule")
+router.register("callback-deliveries", CallbackDeliveryViewSet, basename="callback-delivery")
+router.register("queues", QueueViewSet, basename="queue")
+router.register("alerts", AlertViewSet, basename="alert")
+
+urlpatterns = [
+    path("auth/token/", AuthTokenView.as_view(), name="auth-token"),
+    path("progress-summary/", ProgressSummaryView.as_view(), name="progress-summary"),
+    path("", include(router.urls)),
+]

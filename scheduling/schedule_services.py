@@ -1,0 +1,170 @@
+"""Cron schedule writes: create, change, pause, resume, trigger (DESIGN §2 `Schedule`, §7 cron).
+
+Each public function checks the caller's role first and runs in one transaction. The timed
+`cron` process that runs due schedules lives with the scheduler; this module owns the
+schedule's own rows and the `next_run_at` computation they share.
+"""
+
+from datetime import datetime
+from typing import Any
+from zoneinfo import ZoneInfo, ZoneInfoNotFoundError
+
+from croniter import CroniterBadCronError, CroniterBadDateError, croniter
+from django.core.exceptions import ValidationError
+from django.db import IntegrityError, transaction
+from django.utils import timezone
+
+from agendas.models import Agenda, AgendaTemplate
+from agendas.services import template_expand, template_is_usable_by, template_run
+from agendas.states import InvalidTransition
+from resourcepools.models import Customer, Membership
+from resourcepools.selectors import Principal, require_role
+from scheduling.models import Schedule
+
+Role = Membership.Role
+State = Schedule.State
+
+
+def schedule_zone(name: str) -> ZoneInfo:
+    """The IANA zone `name`; raises ValidationError on the `timezone` field when unknown."""
+    try:
+        return ZoneInfo(name)
+    except (ZoneInfoNotFoundError, ValueError, OSError) as error:
+        raise ValidationError({"timezone": [f"Unknown time zone {name!r}."]}) from error
+
+
+def schedule_next_run(*, cron: str, zone_name: str, after: datetime) -> datetime:
+    """The first time after `after` the cron expression fires in its zone (aware, UTC)."""
+    zone = schedule_zone(zone_name)
+    if not croniter.is_valid(cron):
+        raise ValidationError({"cron": [f"{cron!r} is not a valid cron expression."]})
+    try:
+        following = croniter(cron, after.astimezone(zone)).get_next(datetime)
+    except (CroniterBadCronError, CroniterBadDateError, ValueError) as error:
+        raise ValidationError({"cron": [f"{cron!r} never fires: {error}"]}) from error
+    return following.astimezone(ZoneInfo("UTC"))
+
+
+def _check(schedule: Schedule) -> None:
+    errors: dict[str, list[str]] = {}
+    if schedule.start_at and schedule.end_at and schedule.end_at <= schedule.start_at:
+        errors["end_at"] = ["Must be after start_at."]
+    if not template_is_usable_by(schedule.template, schedule.customer):
+        errors["template"] = [
+            f"Template {schedule.template.name} is not shared with {schedule.customer.slug}."
+        ]
+    if errors:
+        raise ValidationError(errors)
+    # A payload the template refuses would fail on every run: refuse it now (400 `payload.*`).
+    template_expand(template=schedule.template, payload=schedule.payload)
+
+
+def _plan(schedule: Schedule, now: datetime) -> None:
+    start = max(now, schedule.start_at) if schedule.start_at else now
+    schedule.next_run_at = schedule_next_run(
+        cron=schedule.cron, zone_name=schedule.timezone, after=start
+    )
+
+
+def _save(schedule: Schedule, update_fields: list[str] | None) -> None:
+    try:
+        with transaction.atomic():
+            schedule.save(update_fields=update_fields)
+    except IntegrityError as error:
+        raise ValidationError({"name": ["This customer has a schedule of that name."]}) from error
+
+
+@transaction.atomic
+def schedule_create(
+    *,
+    principal: Principal | None,
+    customer: Customer,
+    template: AgendaTemplate,
+    cid: str = "",
+    **fields: Any,
+) -> Schedule:
+    """Create an active schedule of `customer` (its admin) and plan its first run."""
+    require_role(principal, customer.pk, Role.ADMIN)
+    schedule = Schedule(customer=customer, template=template, cid=cid, **fields)
+    _check(schedule)
+    _plan(schedule, timezone.now())
+    _save(schedule, None)
+    return schedule
+
+
+@transaction.atomic
+def schedule_update(*, principal: Principal | None, schedule: Schedule, **fields: Any) -> Schedule:
+    """Change a schedule (its customer's admin); replans the next run."""
+    require_role(principal, schedule.customer_id, Role.ADMIN)
+    fields.pop("customer", None)
+    schedule = Schedule.objects.select_for_update().select_related("customer").get(pk=schedule.pk)
+    for name, value in fields.items():
+        setattr(schedule, name, value)
+    _check(schedule)
+    _plan(schedule, timezone.now())
+    _save(schedule, [*fields, "next_run_at", "updated_at"])
+    return schedule
+
+
+@transaction.atomic
+def schedule_delete(*, principal: Principal | None, schedule: Schedule) -> None:
+    """Delete a schedule (its customer's admin); its agendas stay."""
+    require_role(principal, schedule.customer_id, Role.ADMIN)
+    schedule.delete()
+
+
+def _locked(schedule: Schedule) -> Schedule:
+    return Schedule.objects.select_for_update().select_related("customer").get(pk=schedule.pk)
+
+
+@transaction.atomic
+def schedule_pause(*, principal: Principal | None, schedule: Schedule) -> Schedule:
+    """Pause an active schedule (its customer's admin); locks the schedule row."""
+    require_role(principal, schedule.customer_id, Role.ADMIN)
+    schedule = _locked(schedule)
+    if schedule.state != State.ACTIVE:
+        raise InvalidTransition(
+            f"Schedule {schedule.name} is {schedule.state}; only an active one can be paused.",
+            current_state=schedule.state,
+        )
+    Schedule.objects.filter(pk=schedule.pk).update(state=State.PAUSED, updated_at=timezone.now())
+    schedule.refresh_from_db()
+    return schedule
+
+
+@transaction.atomic
+def schedule_resume(*, principal: Principal | None, schedule: Schedule) -> Schedule:
+    """Resume a paused schedule from now on (its customer's admin); locks the schedule row."""
+    require_role(principal, schedule.customer_id, Role.ADMIN)
+    schedule = _locked(schedule)
+    if schedule.state != State.PAUSED:
+        raise InvalidTransition(
+            f"Schedule {schedule.name} is {schedule.state}; only a paused one can be resumed.",
+            current_state=schedule.state,
+        )
+    _plan(schedule, timezone.now())
+    Schedule.objects.filter(pk=schedule.pk).update(
+        state=State.ACTIVE, next_run_at=schedule.next_run_at, updated_at=timezone.now()
+    )
+    schedule.refresh_from_db()
+    return schedule
+
+
+@transaction.atomic
+def schedule_trigger(*, principal: Principal | None, schedule: Schedule, cid: str = "") -> Agenda:
+    """Run the schedule's template once now, outside its cron timing (submitter)."""
+    require_role(principal, schedule.customer_id, Role.SUBMITTER)
+    schedule = _locked(schedule)
+    agenda, _ = template_run(
+        principal=principal,
+        template=schedule.template,
+        payload=schedule.payload,
+        customer=schedule.customer,
+        schedule=schedule,
+        cid=cid,
+        link_id=schedule.link_id or None,
+    )
+    Schedule.objects.filter(pk=schedule.pk).update(
+        last_run_at=timezone.now(), updated_at=timezone.now()
+    )
+    return agenda
