@@ -13,8 +13,8 @@ thread:
   nothing more is reported for it;
 - the final report carries ``state: succeeded|failed|aborted|paused``.
 
-With ``batch > 1`` pulls ask for up to ``batch`` agendas and reports due together go
-through the batch endpoint ``executions/report/``.
+With ``batch > 1`` pulls ask for up to ``batch`` agendas and reports go through the batch
+endpoint ``executions/report/``, all those due at the same moment in one call.
 
 Shutdown (:meth:`Worker.stop`, SIGTERM in the CLI): stop pulling, let running agendas
 finish for up to ``drain_seconds``, then hand back what still runs: its handlers are
@@ -437,7 +437,7 @@ class Worker:
                         report.run.retry_at = time.monotonic() + 1.0
 
     def _send(self, reports: list[_Report]) -> None:
-        if self.batch > 1 and len(reports) > 1:
+        if self.batch > 1:
             for start in range(0, len(reports), MAX_BATCH_REPORTS):
                 chunk = reports[start : start + MAX_BATCH_REPORTS]
                 self._send_batch(chunk)

@@ -369,6 +369,21 @@ def test_batch_mode_pulls_several_agendas_and_uses_the_batch_report_endpoint():
     assert ("POST", "/api/v1/executions/report/") in fake.paths
 
 
+def test_a_conflict_in_a_batch_report_drops_only_that_agenda():
+    fake = FakePop()
+    kept = fake.submit([{"name": "nap", "type": "sleep", "payload": {"seconds": 0.3}}])
+    lost = fake.submit([{"name": "nap", "type": "sleep", "payload": {"seconds": 30}}])
+    fake.conflict_agendas.add(lost)
+
+    worker = make_worker(fake, concurrency=2, batch=2, max_agendas=2)
+    worker.run()
+
+    assert worker.outcomes == {kept: "succeeded", lost: "dropped"}
+    assert fake.final(kept)["state"] == "succeeded"
+    assert fake.reports(lost) == []
+    assert ("POST", "/api/v1/executions/report/") in fake.paths
+
+
 def test_stop_hands_back_running_work_as_failed_and_exits_zero():
     fake = FakePop()
     agenda_id = fake.submit(
