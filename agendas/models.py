@@ -1,0 +1,261 @@
+import uuid
+
+from django.core.validators import MaxValueValidator, MinValueValidator
+from django.db import models
+from django.db.models import Q
+
+from popsite.models import OwnedModel
+
+
+class AgendaTemplate(OwnedModel):
+    customer = models.ForeignKey(
+        "resourcepools.Customer", on_delete=models.CASCADE, related_name="agenda_templates"
+    )
+    name = models.CharField(max_length=200)
+    description = models.TextField(blank=True, default="")
+    agenda = models.JSONField(help_text="Agenda body with @<…> references (DESIGN §4.3).")
+    static_parameters = models.JSONField(default=dict, blank=True)
+    payload_schema = models.JSONField(
+        null=True, blank=True, help_text="Optional JSON Schema the run payload must satisfy."
+    )
+    is_global = models.BooleanField(default=False)
+    allowed_customers = models.ManyToManyField(
+        "resourcepools.Customer", blank=True, related_name="allowed_templates"
+    )
+
+    class Meta:
+        ordering = ["name"]
+        constraints = [
+            models.UniqueConstraint(fields=["customer", "name"], name="template_name_per_customer"),
+        ]
+
+    def __str__(self) -> str:
+        return self.name
+
+
+class Agenda(OwnedModel):
+    """The request: immutable once submitted."""
+
+    customer = models.ForeignKey(
+        "resourcepools.Customer", on_delete=models.CASCADE, related_name="agendas"
+    )
+    template = models.ForeignKey(
+        "agendas.AgendaTemplate",
+        null=True,
+        blank=True,
+        on_delete=models.SET_NULL,
+        related_name="agendas",
+    )
+    schedule = models.ForeignKey(
+        "scheduling.Schedule",
+        null=True,
+        blank=True,
+        on_delete=models.SET_NULL,
+        related_name="agendas",
+    )
+    insight = models.ForeignKey(
+        "resourcepools.Insight", on_delete=models.PROTECT, related_name="agendas"
+    )
+    operations = models.JSONField()
+    params = models.JSONField(default=dict, blank=True)
+    priority = models.PositiveSmallIntegerField(
+        default=5, validators=[MinValueValidator(0), MaxValueValidator(9)]
+    )
+    max_attempts = models.PositiveSmallIntegerField(
+        default=3, validators=[MinValueValidator(1), MaxValueValidator(20)]
+    )
+    retry_delay_seconds = models.PositiveIntegerField(default=10)
+    callback_url = models.URLField(max_length=1000, blank=True, default="")
+    external_id = models.CharField(max_length=255, blank=True, default="", db_index=True)
+    idempotency_key = models.CharField(max_length=255, blank=True, default="")
+
+    class Meta:
+        ordering = ["-created_at"]
+        constraints = [
+            models.UniqueConstraint(
+                fields=["customer", "idempotency_key"],
+                condition=~Q(idempotency_key=""),
+                name="agenda_idempotency_key_per_customer",
+            ),
+            models.CheckConstraint(condition=Q(priority__lte=9), name="agenda_priority_0_9"),
+            models.CheckConstraint(
+                condition=Q(max_attempts__gte=1, max_attempts__lte=20),
+                name="agenda_max_attempts_1_20",
+            ),
+        ]
+        indexes = [models.Index(fields=["customer", "-created_at"], name="agenda_customer_recent")]
+
+    def __str__(self) -> str:
+        return f"agenda {self.pk}"
+
+
+class AgendaProgress(OwnedModel):
+    """The mutable state of one agenda; its `state` is written only by agendas/states.py."""
+
+    class State(models.TextChoices):
+        PENDING = "pending", "pending"
+        READY = "ready", "ready"
+        QUEUED = "queued", "queued"
+        EXECUTING = "executing", "executing"
+        PAUSED = "paused", "paused"
+        SUCCEEDED = "succeeded", "succeeded"
+        FAILED = "failed", "failed"
+        ABORTED = "aborted", "aborted"
+
+    agenda = models.OneToOneField(
+        "agendas.Agenda", on_delete=models.CASCADE, related_name="progress"
+    )
+    customer = models.ForeignKey(
+        "resourcepools.Customer", on_delete=models.CASCADE, related_name="agenda_progress"
+    )
+    state = models.CharField(max_length=20, choices=State.choices, default=State.PENDING)
+    message = models.TextField(blank=True, default="")
+    percent_complete = models.FloatField(default=0.0)
+    attempts_completed = models.PositiveSmallIntegerField(default=0)
+    run_after = models.DateTimeField(null=True, blank=True)
+    do_not_run = models.BooleanField(default=False)
+    abort_requested = models.BooleanField(default=False)
+    pause_requested = models.BooleanField(default=False)
+    diagnostics = models.JSONField(default=list, blank=True)
+    started_at = models.DateTimeField(null=True, blank=True)
+    completed_at = models.DateTimeField(null=True, blank=True)
+    current_execution = models.ForeignKey(
+        "agendas.Execution", null=True, blank=True, on_delete=models.SET_NULL, related_name="+"
+    )
+
+    class Meta:
+        verbose_name_plural = "agenda progress"
+        ordering = ["-created_at"]
+        indexes = [
+            models.Index(fields=["state", "run_after"], name="progress_state_run_after"),
+            models.Index(fields=["customer", "state"], name="progress_customer_state"),
+            models.Index(fields=["state", "completed_at"], name="progress_state_completed"),
+        ]
+        constraints = [
+            models.CheckConstraint(
+                condition=Q(percent_complete__gte=0, percent_complete__lte=100),
+                name="progress_percent_0_100",
+            ),
+        ]
+
+    def __str__(self) -> str:
+        return f"{self.agenda_id}: {self.state}"
+
+    @property
+    def processing_state(self) -> str:
+        if self.state == self.State.EXECUTING:
+            return "executing"
+        if self.state in (self.State.SUCCEEDED, self.State.FAILED, self.State.ABORTED):
+            return "complete"
+        return "waiting"
+
+
+class OperationProgress(models.Model):
+    class State(models.TextChoices):
+        WAITING = "waiting", "waiting"
+        EXECUTING = "executing", "executing"
+        SUCCEEDED = "succeeded", "succeeded"
+        FAILED = "failed", "failed"
+        ABORTED = "aborted", "aborted"
+
+    id = models.UUIDField(primary_key=True, default=uuid.uuid4, editable=False)
+    agenda_progress = models.ForeignKey(
+        "agendas.AgendaProgress", on_delete=models.CASCADE, related_name="operations"
+    )
+    customer = models.ForeignKey(
+        "resourcepools.Customer", on_delete=models.CASCADE, related_name="operation_progress"
+    )
+    link_id = models.CharField(max_length=255, blank=True, default="", db_index=True)
+    cid = models.CharField(max_length=64, blank=True, default="")
+    position = models.PositiveIntegerField(default=0)
+    name = models.CharField(max_length=100)
+    type = models.CharField(max_length=100)
+    state = models.CharField(max_length=20, choices=State.choices, default=State.WAITING)
+    message = models.TextField(blank=True, default="")
+    percent_complete = models.FloatField(default=0.0)
+    attempt_count = models.PositiveSmallIntegerField(default=0)
+    started_at = models.DateTimeField(null=True, blank=True)
+    completed_at = models.DateTimeField(null=True, blank=True)
+    result = models.JSONField(null=True, blank=True)
+    diagnostics = models.JSONField(default=list, blank=True)
+    params = models.JSONField(default=dict, blank=True)
+    is_generated = models.BooleanField(
+        default=False, help_text="Appended by a worker during execution (generated operation)."
+    )
+    created_at = models.DateTimeField(auto_now_add=True)
+    updated_at = models.DateTimeField(auto_now=True)
+
+    class Meta:
+        verbose_name_plural = "operation progress"
+        ordering = ["agenda_progress_id", "position"]
+        constraints = [
+            models.UniqueConstraint(
+                fields=["agenda_progress", "name"], name="operation_name_per_agenda"
+            ),
+        ]
+
+    def __str__(self) -> str:
+        return f"{self.name}: {self.state}"
+
+
+class Execution(models.Model):
+    """One attempt of an agenda, leased to a worker."""
+
+    class Outcome(models.TextChoices):
+        SUCCEEDED = "succeeded", "succeeded"
+        FAILED = "failed", "failed"
+        ABORTED = "aborted", "aborted"
+        PAUSED = "paused", "paused"
+        RECLAIMED = "reclaimed", "reclaimed"
+        TIMED_OUT = "timed_out", "timed out"
+
+    id = models.UUIDField(primary_key=True, default=uuid.uuid4, editable=False)
+    agenda = models.ForeignKey(
+        "agendas.Agenda", on_delete=models.CASCADE, related_name="executions"
+    )
+    customer = models.ForeignKey(
+        "resourcepools.Customer", on_delete=models.CASCADE, related_name="executions"
+    )
+    link_id = models.CharField(max_length=255, blank=True, default="", db_index=True)
+    cid = models.CharField(max_length=64, blank=True, default="")
+    number = models.PositiveSmallIntegerField()
+    insight = models.ForeignKey(
+        "resourcepools.Insight", on_delete=models.PROTECT, related_name="executions"
+    )
+    worker = models.CharField(max_length=200, blank=True, default="")
+    lease_token = models.UUIDField(default=uuid.uuid4, editable=False)
+    lease_expires_at = models.DateTimeField()
+    started_at = models.DateTimeField()
+    last_report_at = models.DateTimeField(null=True, blank=True)
+    ended_at = models.DateTimeField(null=True, blank=True)
+    # NULL (not "") means the attempt is still running; the partial indexes rely on it.
+    outcome = models.CharField(  # noqa: DJ001
+        max_length=20, choices=Outcome.choices, null=True, blank=True
+    )
+    diagnostics = models.JSONField(default=list, blank=True)
+    created_at = models.DateTimeField(auto_now_add=True)
+    updated_at = models.DateTimeField(auto_now=True)
+
+    class Meta:
+        ordering = ["agenda_id", "number"]
+        constraints = [
+            models.UniqueConstraint(
+                fields=["agenda", "number"], name="execution_number_per_agenda"
+            ),
+        ]
+        indexes = [
+            models.Index(
+                fields=["lease_expires_at"],
+                condition=Q(outcome__isnull=True),
+                name="execution_open_lease",
+            ),
+            models.Index(
+                fields=["started_at"],
+                condition=Q(outcome__isnull=True),
+                name="execution_open_start",
+            ),
+            models.Index(fields=["insight", "ended_at"], name="execution_insight_ended"),
+        ]
+
+    def __str__(self) -> str:
+        return f"execution {self.number} of {self.agenda_id}"

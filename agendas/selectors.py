@@ -1,0 +1,100 @@
+"""Customer-scoped reads of agendas, templates and progress (DESIGN §6, §9)."""
+
+from django.db.models import Count, Prefetch, Q, QuerySet
+
+from agendas.models import Agenda, AgendaProgress, AgendaTemplate, Execution, OperationProgress
+from agendas.states import TERMINAL, S
+from resourcepools.models import Membership
+from resourcepools.selectors import Principal, customer_ids_with_role, principal_is_staff
+
+
+def _scoped(queryset: QuerySet, principal: Principal, field: str = "customer_id") -> QuerySet:
+    if principal_is_staff(principal):
+        return queryset
+    return queryset.filter(**{f"{field}__in": customer_ids_with_role(principal)})
+
+
+def agenda_list(*, principal: Principal) -> QuerySet[Agenda]:
+    """Agendas of the principal's customers, with progress and operations loaded."""
+    agendas = Agenda.objects.select_related(
+        "progress", "customer", "insight", "template"
+    ).prefetch_related(
+        Prefetch("progress__operations", queryset=OperationProgress.objects.order_by("position"))
+    )
+    return _scoped(agendas, principal)
+
+
+def agenda_get(*, principal: Principal, agenda_id: object) -> Agenda:
+    """One visible agenda; raises Agenda.DoesNotExist for a missing or foreign id."""
+    return agenda_list(principal=principal).get(pk=agenda_id)
+
+
+def agenda_progress_list(*, principal: Principal) -> QuerySet[AgendaProgress]:
+    """Agenda progress rows of the principal's customers."""
+    progress = AgendaProgress.objects.select_related("agenda", "customer").prefetch_related(
+        Prefetch("operations", queryset=OperationProgress.objects.order_by("position"))
+    )
+    return _scoped(progress, principal)
+
+
+def operation_progress_list(*, principal: Principal) -> QuerySet[OperationProgress]:
+    """Operation progress rows of the principal's customers."""
+    operations = OperationProgress.objects.select_related("agenda_progress")
+    return _scoped(operations, principal)
+
+
+def execution_list(*, principal: Principal) -> QuerySet[Execution]:
+    """Executions (attempts) of the principal's customers' agendas."""
+    return _scoped(Execution.objects.select_related("insight"), principal)
+
+
+def agenda_template_list(*, principal: Principal) -> QuerySet[AgendaTemplate]:
+    """Templates the principal may read: its customers' own, global ones, and shared ones."""
+    templates = AgendaTemplate.objects.select_related("customer")
+    if principal_is_staff(principal):
+        return templates
+    customer_ids = customer_ids_with_role(principal, Membership.Role.VIEWER)
+    visible = AgendaTemplate.objects.filter(
+        Q(customer_id__in=customer_ids) | Q(is_global=True) | Q(allowed_customers__in=customer_ids)
+    ).values("pk")
+    return templates.filter(pk__in=visible)
+
+
+def progress_summary(*, principal: Principal, link_id: str) -> dict:
+    """DESIGN §6: the combined state of every visible agenda sharing `link_id`."""
+    rows = list(
+        agenda_progress_list(principal=principal)
+        .filter(link_id=link_id)
+        .order_by("created_at")
+        .values("agenda_id", "state", "percent_complete")
+    )
+    counts = dict(
+        _scoped(AgendaProgress.objects.filter(link_id=link_id), principal)
+        .values_list("state")
+        .annotate(n=Count("pk"))
+        .values_list("state", "n")
+    )
+    if not rows:
+        summary_state, percent = "complete", 0.0
+    elif counts.get(S.FAILED):
+        summary_state, percent = "complete", 100.0
+    else:
+        percent = min(100.0, sum(row["percent_complete"] for row in rows) / len(rows))
+        if counts.get(S.EXECUTING):
+            summary_state = "executing"
+        elif all(row["state"] in TERMINAL for row in rows):
+            summary_state = "complete"
+        elif any(row["state"] in TERMINAL for row in rows):
+            summary_state = "executing"
+        else:
+            summary_state = "waiting"
+    return {
+        "link_id": link_id,
+        "processing_state": summary_state,
+        "percent_complete": round(percent, 2),
+        "counts": counts,
+        "agendas": [
+            {"id": row["agenda_id"], "state": row["state"], "percent": row["percent_complete"]}
+            for row in rows
+        ],
+    }

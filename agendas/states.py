@@ -1,0 +1,668 @@
+"""The agenda state machine; DESIGN §3 is the contract.
+
+This module is the only code that writes `AgendaProgress.state` or `OperationProgress.state`
+(tests/test_architecture.py enforces it). Each function works inside the caller's transaction;
+callers lock the progress row (`select_for_update`) before a single-row transition. Queue
+membership (`ReadyAgenda`/`QueuedAgenda`) and the callback outbox (`CallbackDelivery`) change
+here too, so they can never disagree with the state.
+"""
+
+import json
+import logging
+import random
+import time
+import uuid
+from collections.abc import Iterable
+from datetime import datetime, timedelta
+from functools import partial
+
+from django.conf import settings
+from django.db import connection, transaction
+from django.db.models import Count, F, Q
+from django.utils import timezone
+from django_q.tasks import async_task
+
+from agendas.models import Agenda, AgendaProgress, Execution, OperationProgress
+from resourcepools.models import Insight
+from scheduling.models import CallbackDelivery, QueuedAgenda, ReadyAgenda
+
+logger = logging.getLogger("pop.agendas")
+
+S = AgendaProgress.State
+OpState = OperationProgress.State
+
+TERMINAL: frozenset[str] = frozenset({S.SUCCEEDED, S.FAILED, S.ABORTED})
+WAITING: frozenset[str] = frozenset({S.PENDING, S.READY, S.QUEUED, S.PAUSED})
+NOTIFY: frozenset[str] = TERMINAL | {S.EXECUTING, S.PAUSED}
+ALLOWED: dict[str, frozenset[str]] = {
+    S.PENDING: frozenset({S.READY, S.PAUSED, S.ABORTED}),
+    S.READY: frozenset({S.QUEUED, S.PAUSED, S.ABORTED}),
+    S.QUEUED: frozenset({S.EXECUTING, S.READY, S.PAUSED, S.ABORTED}),
+    S.EXECUTING: frozenset({S.SUCCEEDED, S.FAILED, S.PENDING, S.PAUSED, S.ABORTED}),
+    S.PAUSED: frozenset({S.READY, S.PENDING, S.ABORTED}),
+    # Rerun: back to ready, or to pending with do_not_run when `skip_execution`.
+    S.SUCCEEDED: frozenset({S.READY, S.PENDING}),
+    S.FAILED: frozenset({S.READY, S.PENDING}),
+    S.ABORTED: frozenset({S.READY, S.PENDING}),
+}
+OPERATION_TERMINAL: frozenset[str] = frozenset({OpState.SUCCEEDED, OpState.FAILED, OpState.ABORTED})
+
+
+class InvalidTransition(Exception):
+    """A move DESIGN §3 does not allow; the API answers 409 naming the current state."""
+
+    def __init__(self, message: str, *, current_state: str) -> None:
+        super().__init__(message)
+        self.current_state = current_state
+
+
+def processing_state(state: str) -> str:
+    """The POP-compatible waiting/executing/complete triple for a state."""
+    if state == S.EXECUTING:
+        return "executing"
+    return "complete" if state in TERMINAL else "waiting"
+
+
+def check_transition(progress: AgendaProgress, target: str, *, action: str | None = None) -> None:
+    """Raise InvalidTransition unless `progress` may move to `target`."""
+    if target not in ALLOWED[progress.state]:
+        verb = action or f"become {target}"
+        raise InvalidTransition(
+            f"Agenda {progress.agenda_id} is {progress.state}; cannot {verb}.",
+            current_state=progress.state,
+        )
+
+
+def progress_create(
+    *, agenda: Agenda, run_after: datetime | None, do_not_run: bool, now: datetime
+) -> AgendaProgress:
+    """Write the progress and operation rows of a new agenda, ready or pending (submit)."""
+    waiting = do_not_run or (run_after is not None and run_after > now)
+    progress = AgendaProgress.objects.create(
+        agenda=agenda,
+        customer_id=agenda.customer_id,
+        link_id=agenda.link_id,
+        cid=agenda.cid,
+        state=S.PENDING if waiting else S.READY,
+        message="do not run" if do_not_run else ("waiting for run_after" if waiting else ""),
+        run_after=run_after,
+        do_not_run=do_not_run,
+    )
+    OperationProgress.objects.bulk_create(
+        OperationProgress(
+            agenda_progress=progress,
+            customer_id=agenda.customer_id,
+            link_id=agenda.link_id,
+            cid=agenda.cid,
+            position=index,
+            name=operation["name"],
+            type=operation["type"],
+            state=OpState.WAITING,
+        )
+        for index, operation in enumerate(agenda.operations)
+    )
+    if not waiting:
+        _enter_ready(progress, agenda=agenda, now=now)
+    return progress
+
+
+def transition(
+    progress: AgendaProgress,
+    target: str,
+    *,
+    message: str | None = None,
+    action: str | None = None,
+    now: datetime | None = None,
+    extra_fields: Iterable[str] = (),
+    queue_position: int | None = None,
+) -> None:
+    """Move a locked progress row to `target`, keeping queue rows and the outbox in step.
+
+    `extra_fields` names other attributes the caller set on `progress` to save with it;
+    `queue_position` places the agenda in its insight's queue when it becomes queued.
+    """
+    check_transition(progress, target, action=action)
+    now = now or timezone.now()
+    source = progress.state
+    fields = {"state", "updated_at", *extra_fields}
+    if source in (S.READY, S.QUEUED) and target != S.QUEUED:
+        # Leaving the queues: a paused or aborted agenda must never be pulled (DESIGN §5.3).
+        ReadyAgenda.objects.filter(agenda_id=progress.agenda_id).delete()
+        QueuedAgenda.objects.filter(agenda_id=progress.agenda_id).delete()
+    if target == S.QUEUED:
+        _enter_queue(progress.agenda_id, position=queue_position, now=now)
+    progress.state = target
+    if message is not None:
+        progress.message = message
+        fields.add("message")
+    if target == S.READY:
+        _enter_ready(progress, agenda=progress.agenda, now=now)
+        progress.abort_requested = progress.pause_requested = False
+        progress.completed_at = None
+        fields |= {"abort_requested", "pause_requested", "completed_at"}
+    elif target == S.EXECUTING and progress.started_at is None:
+        progress.started_at = now
+        fields.add("started_at")
+    elif target in TERMINAL:
+        progress.completed_at = now
+        progress.abort_requested = progress.pause_requested = False
+        fields |= {"completed_at", "abort_requested", "pause_requested"}
+    elif target == S.PAUSED:
+        progress.pause_requested = False
+        fields.add("pause_requested")
+    if target != S.EXECUTING and progress.current_execution_id is not None:
+        progress.current_execution = None
+        fields.add("current_execution")
+    progress.save(update_fields=sorted(fields))
+    if target in NOTIFY:
+        callback_enqueue(progress, event=target, now=now)
+    if target in TERMINAL:
+        _log_completed(progress, now=now)
+
+
+def _log_completed(progress: AgendaProgress, *, now: datetime) -> None:
+    # One structured line per completed agenda, written only if the transaction commits.
+    agenda = progress.agenda
+    line = json.dumps(
+        {
+            "event": "agenda_completed",
+            "cid": agenda.cid,
+            "agenda": str(agenda.pk),
+            "link_id": agenda.link_id,
+            "customer": agenda.customer.slug,
+            "outcome": progress.state,
+            "attempts": progress.attempts_completed,
+            "elapsed": round((now - agenda.created_at).total_seconds(), 3),
+        }
+    )
+    transaction.on_commit(partial(logger.info, line), robust=True)
+
+
+def _enter_ready(progress: AgendaProgress, *, agenda: Agenda, now: datetime) -> None:
+    ReadyAgenda.objects.create(
+        agenda_id=agenda.pk,
+        insight_id=agenda.insight_id,
+        customer_id=agenda.customer_id,
+        priority=agenda.priority,
+        added_at=now,
+    )
+    fill_nudge([agenda.insight_id])
+
+
+def _enter_queue(agenda_id: object, *, position: int | None, now: datetime) -> None:
+    ready = ReadyAgenda.objects.get(agenda_id=agenda_id)
+    QueuedAgenda.objects.create(
+        agenda_id=agenda_id,
+        insight_id=ready.insight_id,
+        customer_id=ready.customer_id,
+        position=position if position is not None else int(now.timestamp() * 1_000_000),
+        queued_at=now,
+    )
+    ready.delete()
+
+
+def callback_enqueue(progress: AgendaProgress, *, event: str, now: datetime) -> None:
+    """Write the outbox row for `event` when the agenda or its customer has a callback URL."""
+    agenda = progress.agenda
+    url = agenda.callback_url or agenda.customer.callback_url
+    if not url:
+        return
+    CallbackDelivery.objects.create(
+        agenda_id=agenda.pk,
+        customer_id=agenda.customer_id,
+        link_id=agenda.link_id,
+        cid=agenda.cid,
+        url=url,
+        event=event,
+        body={
+            "event": event,
+            "agenda_id": str(agenda.pk),
+            "link_id": agenda.link_id,
+            "external_id": agenda.external_id,
+            "customer": agenda.customer.slug,
+            "state": progress.state,
+            "processing_state": processing_state(progress.state),
+            "percent_complete": progress.percent_complete,
+            "attempts_completed": progress.attempts_completed,
+            "occurred_at": now.isoformat(),
+        },
+        next_attempt_at=now,
+    )
+
+
+def operation_set_state(
+    operation: OperationProgress, target: str, *, now: datetime | None = None
+) -> list[str]:
+    """Set an operation's state and its timing; return the fields changed (caller saves)."""
+    if target not in OpState.values:
+        raise ValueError(f"unknown operation state {target!r}")
+    if operation.state == target:
+        return []
+    now = now or timezone.now()
+    changed = ["state"]
+    if target == OpState.EXECUTING:
+        operation.attempt_count += 1
+        operation.started_at = now
+        operation.completed_at = None
+        changed += ["attempt_count", "started_at", "completed_at"]
+    elif target in OPERATION_TERMINAL:
+        operation.completed_at = now
+        changed.append("completed_at")
+        if target == OpState.SUCCEEDED:
+            operation.percent_complete = 100.0
+            changed.append("percent_complete")
+    operation.state = target
+    return changed
+
+
+def operations_reset(progress: AgendaProgress, names: Iterable[str] | None) -> int:
+    """Put the named operations (all when `names` is None) back to waiting; return the count."""
+    operations = OperationProgress.objects.filter(agenda_progress=progress)
+    if names is not None:
+        operations = operations.filter(name__in=list(names))
+    return operations.update(
+        state=OpState.WAITING,
+        percent_complete=0.0,
+        message="",
+        result=None,
+        params={},
+        diagnostics=[],
+        started_at=None,
+        completed_at=None,
+        updated_at=timezone.now(),
+    )
+
+
+def operations_abort_unfinished(progress: AgendaProgress) -> int:
+    """Mark the agenda's waiting and executing operations aborted (the agenda was aborted)."""
+    return OperationProgress.objects.filter(
+        agenda_progress=progress, state__in=[OpState.WAITING, OpState.EXECUTING]
+    ).update(state=OpState.ABORTED, completed_at=timezone.now(), updated_at=timezone.now())
+
+
+# --- Fill nudges (DESIGN §5.2) ------------------------------------------------------------
+# Entering `ready` asks for a fill of the agenda's insight once the transaction commits. The
+# nudge is best effort: the periodic fill is the backstop, so a lost or throttled nudge only
+# delays an agenda by at most POP_FILL_INTERVAL.
+FILL_TASK = "scheduling.tasks.insight_fill"
+_last_nudge: dict[str, float] = {}
+
+
+def fill_nudge(insight_ids: Iterable[object]) -> None:
+    """After commit, enqueue a fill of each insight whose queue has room (POP_FILL_NUDGE)."""
+    mode = getattr(settings, "POP_FILL_NUDGE", "async")
+    ids = sorted({str(insight_id) for insight_id in insight_ids})
+    if not ids or mode == "off":
+        return
+    transaction.on_commit(partial(_fill_nudge_now, ids, mode), robust=True)
+
+
+def _fill_nudge_now(insight_ids: list[str], mode: str) -> None:
+    # Throttled per process: a burst of submits to one insight enqueues one fill, not hundreds.
+    interval = float(getattr(settings, "POP_FILL_NUDGE_MIN_INTERVAL", 0.2))
+    clock = time.monotonic()
+    due = [pk for pk in insight_ids if clock - _last_nudge.get(pk, -interval) >= interval]
+    if not due:
+        return
+    with_room = (
+        Insight.objects.filter(pk__in=due)
+        .annotate(queued=Count("queued_agendas"))
+        .filter(queued__lt=F("queue_size"))
+        .values_list("pk", flat=True)
+    )
+    for insight_id in with_room:
+        _last_nudge[str(insight_id)] = clock
+        async_task(
+            FILL_TASK, str(insight_id), sync=mode == "sync", group="pop-fill-nudge", save=False
+        )
+
+
+# --- Set-based forms for the hot paths (STYLE rule 1) -------------------------------------
+
+
+def progress_queue_many(
+    *, insight_id: object, entries: list[tuple[object, object]], first_position: int, now: datetime
+) -> list[object]:
+    """Fill: move ready agendas into the insight's queue, in the given order; return the moved ids.
+
+    `entries` are (agenda_id, customer_id) pairs chosen by the fairness picker. Progress rows
+    are locked with SKIP LOCKED: an agenda someone is pausing or aborting right now stays where
+    it is (that transaction removes it from the queues) and the next fill looks again.
+    """
+    if not entries:
+        return []
+    agenda_ids = [agenda_id for agenda_id, _ in entries]
+    locked = set(
+        AgendaProgress.objects.select_for_update(skip_locked=True)
+        .filter(agenda_id__in=agenda_ids, state=S.READY)
+        .values_list("agenda_id", flat=True)
+    )
+    moved = [(agenda_id, customer_id) for agenda_id, customer_id in entries if agenda_id in locked]
+    if not moved:
+        return []
+    moved_ids = [agenda_id for agenda_id, _ in moved]
+    AgendaProgress.objects.filter(agenda_id__in=moved_ids, state=S.READY).update(
+        state=S.QUEUED, updated_at=now
+    )
+    ReadyAgenda.objects.filter(agenda_id__in=moved_ids).delete()
+    QueuedAgenda.objects.bulk_create(
+        QueuedAgenda(
+            agenda_id=agenda_id,
+            insight_id=insight_id,
+            customer_id=customer_id,
+            position=first_position + offset,
+            queued_at=now,
+        )
+        for offset, (agenda_id, customer_id) in enumerate(moved)
+    )
+    return moved_ids
+
+
+def executions_start(
+    *, progresses: list[AgendaProgress], insight: Insight, worker: str, now: datetime
+) -> list[Execution]:
+    """Pull: move locked, claimed (queue row deleted) agendas to executing with a new lease each.
+
+    `Execution.number` counts every execution the agenda ever had (a rerun resets
+    `attempts_completed`, so the number cannot come from it).
+    """
+    if not progresses:
+        return []
+    agenda_ids = [progress.agenda_id for progress in progresses]
+    counts = dict(
+        Execution.objects.filter(agenda_id__in=agenda_ids)
+        .values_list("agenda_id")
+        .annotate(n=Count("pk"))
+        .values_list("agenda_id", "n")
+    )
+    lease_expires_at = now + timedelta(seconds=insight.lease_seconds)
+    executions = [
+        Execution(
+            agenda_id=progress.agenda_id,
+            customer_id=progress.customer_id,
+            link_id=progress.link_id,
+            cid=progress.cid,
+            number=counts.get(progress.agenda_id, 0) + 1,
+            insight_id=insight.pk,
+            worker=worker,
+            lease_expires_at=lease_expires_at,
+            started_at=now,
+        )
+        for progress in progresses
+    ]
+    Execution.objects.bulk_create(executions)
+    message = f"executing on {worker}" if worker else "executing"
+    for progress, execution in zip(progresses, executions, strict=True):
+        progress.state = S.EXECUTING
+        progress.current_execution = execution
+        progress.started_at = progress.started_at or now
+        progress.message = message
+        progress.updated_at = now
+    updated = AgendaProgress.objects.filter(state=S.QUEUED).bulk_update(
+        progresses, ["state", "current_execution", "started_at", "message", "updated_at"]
+    )
+    if updated != len(progresses):
+        # The caller locked these rows in state `queued`; anything else is a bug, not a race.
+        raise RuntimeError(f"pull moved {updated} of {len(progresses)} locked agendas")
+    for progress in progresses:
+        callback_enqueue(progress, event=S.EXECUTING, now=now)
+    return executions
+
+
+def queue_claim(
+    *, insight: Insight, count: int, worker: str, now: datetime
+) -> list[tuple[AgendaProgress, Execution]]:
+    """Pull: lease up to `count` queued agendas of `insight` in queue order (DESIGN §5.3).
+
+    Queue rows, then their progress rows, are locked with FOR UPDATE SKIP LOCKED, so rival
+    pullers pass each other and an agenda being paused or aborted right now is left alone.
+    The queue rows are then removed with one DELETE … RETURNING: the checked conditional
+    write that keeps claims exclusive on SQLite too, where FOR UPDATE is ignored.
+    """
+    rows = list(
+        QueuedAgenda.objects.filter(insight_id=insight.pk)
+        .order_by("position")
+        .select_for_update(skip_locked=True)
+        .values_list("pk", "agenda_id")[:count]
+    )
+    if not rows:
+        return []
+    progresses = {
+        progress.agenda_id: progress
+        for progress in AgendaProgress.objects.select_for_update(skip_locked=True, of=("self",))
+        .select_related("agenda", "agenda__customer")
+        .filter(agenda_id__in=[agenda_id for _, agenda_id in rows], state=S.QUEUED)
+    }
+    wanted = [pk for pk, agenda_id in rows if agenda_id in progresses]
+    if not wanted:
+        return []
+    table = connection.ops.quote_name(QueuedAgenda._meta.db_table)
+    with connection.cursor() as cursor:
+        cursor.execute(
+            f"DELETE FROM {table} WHERE id IN ({', '.join(['%s'] * len(wanted))}) "
+            "RETURNING agenda_id",
+            wanted,
+        )
+        claimed = {uuid.UUID(str(agenda_id)) for (agenda_id,) in cursor.fetchall()}
+    ordered = [progresses[agenda_id] for _, agenda_id in rows if agenda_id in claimed]
+    executions = executions_start(progresses=ordered, insight=insight, worker=worker, now=now)
+    return list(zip(ordered, executions, strict=True))
+
+
+def execution_close(
+    execution: Execution, outcome: str, *, now: datetime, diagnostics: list[dict] | None = None
+) -> None:
+    """End an execution that is no longer its agenda's current one; the agenda is untouched."""
+    execution.outcome = outcome
+    execution.ended_at = now
+    execution.diagnostics = [*execution.diagnostics, *(diagnostics or [])]
+    execution.save(update_fields=["outcome", "ended_at", "diagnostics", "updated_at"])
+
+
+def progress_promote_due(*, now: datetime, limit: int) -> dict[object, int]:
+    """Promote: pending agendas whose `run_after` passed (never do_not_run) become ready.
+
+    Returns {insight_id: promoted count}. Rows locked elsewhere are skipped until the next run.
+    """
+    due = list(
+        AgendaProgress.objects.select_for_update(skip_locked=True, of=("self",))
+        .filter(state=S.PENDING, do_not_run=False)
+        .filter(Q(run_after__lte=now) | Q(run_after__isnull=True))
+        .order_by("run_after")
+        .values_list("pk", "agenda_id", "customer_id", "agenda__insight_id", "agenda__priority")[
+            :limit
+        ]
+    )
+    if not due:
+        return {}
+    AgendaProgress.objects.filter(pk__in=[row[0] for row in due], state=S.PENDING).update(
+        state=S.READY,
+        abort_requested=False,
+        pause_requested=False,
+        completed_at=None,
+        current_execution=None,
+        updated_at=now,
+    )
+    ReadyAgenda.objects.bulk_create(
+        ReadyAgenda(
+            agenda_id=agenda_id,
+            insight_id=insight_id,
+            customer_id=customer_id,
+            priority=priority,
+            added_at=now,
+        )
+        for _, agenda_id, customer_id, insight_id, priority in due
+    )
+    promoted: dict[object, int] = {}
+    for row in due:
+        promoted[row[3]] = promoted.get(row[3], 0) + 1
+    fill_nudge(promoted)
+    return promoted
+
+
+# --- Execution outcomes and the retry policy (DESIGN §3, §5.4, §7) -------------------------
+Outcome = Execution.Outcome
+# Outcomes that use up one of the agenda's `max_attempts`; a pause or an abort does not.
+COUNTED_OUTCOMES: frozenset[str] = frozenset(
+    {Outcome.SUCCEEDED, Outcome.FAILED, Outcome.RECLAIMED, Outcome.TIMED_OUT}
+)
+_jitter = random.Random()
+
+
+def retry_delay(*, retry_delay_seconds: int, attempt: int, cap: float) -> float:
+    """Backoff before retry `attempt` + 1: min(cap, delay × 2^(attempt−1)), jittered ±20%."""
+    base = min(cap, retry_delay_seconds * 2 ** max(0, attempt - 1))
+    return min(cap, base * _jitter.uniform(0.8, 1.2))
+
+
+def diagnostic(message: str, *, code: str = "", detail: object = None, now: datetime) -> dict:
+    """One diagnostics entry as DESIGN §2 shapes them."""
+    return {"time": now.isoformat(), "message": message, "code": code, "detail": detail}
+
+
+def execution_end(
+    progress: AgendaProgress,
+    execution: Execution,
+    outcome: str,
+    *,
+    now: datetime,
+    message: str = "",
+    diagnostics: list[dict] | None = None,
+) -> str:
+    """End the locked current `execution` with `outcome` and move its agenda on; return its state.
+
+    succeeded/aborted/paused go straight there. A failure (failed, reclaimed, timed_out) goes
+    to `aborted` or `paused` when the user asked for that meanwhile, else to `pending` with a
+    jittered backoff while attempts remain (straight to `ready` when the delay is zero), else
+    to `failed`. Finished operations keep their state and results: a retry resumes from them.
+    """
+    execution.outcome = outcome
+    execution.ended_at = now
+    fields = ["outcome", "ended_at", "updated_at"]
+    if diagnostics:
+        execution.diagnostics = [*execution.diagnostics, *diagnostics]
+        fields.append("diagnostics")
+    execution.save(update_fields=fields)
+    extra = []
+    if outcome in COUNTED_OUTCOMES:
+        progress.attempts_completed += 1
+        extra.append("attempts_completed")
+    if diagnostics:
+        progress.diagnostics = [*progress.diagnostics, *diagnostics]
+        extra.append("diagnostics")
+    if outcome == Outcome.SUCCEEDED:
+        progress.percent_complete = 100.0
+        transition(
+            progress,
+            S.SUCCEEDED,
+            message=message or "succeeded",
+            now=now,
+            extra_fields=[*extra, "percent_complete"],
+        )
+        return progress.state
+    if outcome == Outcome.ABORTED or (outcome != Outcome.PAUSED and progress.abort_requested):
+        transition(progress, S.ABORTED, message=message or "aborted", now=now, extra_fields=extra)
+        operations_abort_unfinished(progress)
+        return progress.state
+    if outcome == Outcome.PAUSED or progress.pause_requested:
+        transition(progress, S.PAUSED, message=message or "paused", now=now, extra_fields=extra)
+        return progress.state
+    attempt, allowed = progress.attempts_completed, progress.agenda.max_attempts
+    if attempt >= allowed:
+        transition(
+            progress,
+            S.FAILED,
+            message=f"failed after {attempt} of {allowed} attempts: {message}".rstrip(": "),
+            now=now,
+            extra_fields=extra,
+        )
+        return progress.state
+    cap = float(getattr(settings, "POP_RETRY_DELAY_CAP_SECONDS", 600))
+    delay = retry_delay(
+        retry_delay_seconds=progress.agenda.retry_delay_seconds, attempt=attempt, cap=cap
+    )
+    progress.run_after = now + timedelta(seconds=delay)
+    transition(
+        progress,
+        S.PENDING,
+        message=f"attempt {attempt} of {allowed} failed: {message}; retry in {delay:.1f}s",
+        now=now,
+        extra_fields=[*extra, "run_after"],
+    )
+    if delay <= 0:
+        transition(progress, S.READY, now=now)
+    return progress.state
+
+
+def operations_apply_report(
+    operations: dict[str, OperationProgress], items: list[dict], *, now: datetime
+) -> list[OperationProgress]:
+    """Apply a report's sparse operation items (names already checked) and save what changed."""
+    changed: list[OperationProgress] = []
+    for item in items:
+        operation = operations[item["name"]]
+        fields = []
+        if item.get("state") is not None:
+            fields += operation_set_state(operation, item["state"], now=now)
+        for name in ("percent_complete", "message", "result", "params"):
+            if name in item and getattr(operation, name) != item[name]:
+                setattr(operation, name, item[name])
+                fields.append(name)
+        if item.get("diagnostics"):
+            operation.diagnostics = [*operation.diagnostics, *item["diagnostics"]]
+            fields.append("diagnostics")
+        if fields:
+            operation.save(update_fields=sorted({*fields, "updated_at"}))
+            changed.append(operation)
+    return changed
+
+
+def percent_rollup(operations: Iterable[OperationProgress]) -> float:
+    """Agenda percent: (succeeded × 100 + Σ percent of running operations) / n (DESIGN §5.4)."""
+    operations = list(operations)
+    if not operations:
+        return 0.0
+    total = sum(
+        100.0
+        if operation.state == OpState.SUCCEEDED
+        else operation.percent_complete
+        if operation.state == OpState.EXECUTING
+        else 0.0
+        for operation in operations
+    )
+    return round(min(100.0, max(0.0, total / len(operations))), 2)
+
+
+def operations_fail_running(progress: AgendaProgress, *, message: str, now: datetime) -> int:
+    """Mark the agenda's executing operations failed (their worker is gone); return the count."""
+    return OperationProgress.objects.filter(
+        agenda_progress=progress, state=OpState.EXECUTING
+    ).update(state=OpState.FAILED, message=message, completed_at=now, updated_at=now)
+
+
+def operations_append(
+    progress: AgendaProgress, items: list[dict], *, now: datetime
+) -> list[OperationProgress]:
+    """Add generated operations (waiting) after the agenda's existing ones (POP updateAgenda)."""
+    last = (
+        OperationProgress.objects.filter(agenda_progress=progress)
+        .order_by("-position")
+        .values_list("position", flat=True)
+        .first()
+    )
+    start = -1 if last is None else last
+    return OperationProgress.objects.bulk_create(
+        OperationProgress(
+            agenda_progress=progress,
+            customer_id=progress.customer_id,
+            link_id=progress.link_id,
+            cid=progress.cid,
+            position=start + 1 + offset,
+            name=item["name"],
+            type=item["type"],
+            state=OpState.WAITING,
+            params=item.get("params") or {},
+            is_generated=True,
+        )
+        for offset, item in enumerate(items)
+    )

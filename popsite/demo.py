@@ -1,0 +1,160 @@
+"""Demo data for `make run` (DESIGN §12): idempotent, safe to load again."""
+
+from dataclasses import dataclass, field
+
+from django.contrib.auth import get_user_model
+from django.db import transaction
+from rest_framework.authtoken.models import Token
+
+from agendas.models import Agenda, AgendaTemplate
+from agendas.services import agenda_submit, template_run
+from resourcepools.models import Customer, Insight, Membership, ResourcePool
+from scheduling.models import Schedule
+
+DEMO_PASSWORD = "pop-demo-password"
+CUSTOMERS = [("acme", "Acme Media", 1), ("globex", "Globex Studios", 2), ("initech", "Initech", 1)]
+MEDIA_TEMPLATE = {
+    "operations": [
+        {"name": "probe", "type": "log", "payload": {"message": "probing @<pop.payload::/url>"}},
+        {
+            "name": "transcode",
+            "type": "sleep",
+            "payload": {"seconds": "@<pop.payload::/seconds?2>", "source": "@<probe.out>"},
+            "depends_on": ["probe"],
+        },
+        {
+            "name": "package",
+            "type": "log",
+            "payload": {"message": "packaged", "input": "@<transcode.out>"},
+        },
+    ],
+    "link_id": "@<pop.payload::/link_id?demo>",
+}
+
+
+@dataclass
+class DemoSummary:
+    logins: list[tuple[str, str]] = field(default_factory=list)
+    worker_token: str = ""
+    agendas_created: int = 0
+
+
+@transaction.atomic
+def demo_load() -> DemoSummary:
+    """Create the demo pool, insights, customers, users, templates, a schedule and agendas."""
+    summary = DemoSummary()
+    users = get_user_model()
+    operator_customer, _ = Customer.objects.get_or_create(
+        slug="farmco", defaults={"name": "FarmCo (pool operator)"}
+    )
+    pool, _ = ResourcePool.objects.get_or_create(
+        name="farm", defaults={"owner": operator_customer, "description": "Demo media farm"}
+    )
+    Insight.objects.get_or_create(
+        resource_pool=pool,
+        name="mediainfo",
+        defaults={
+            "mappers": {"operation_type": ["mediainfo", "log"]},
+            "order": 1,
+            "is_global": True,
+            "queue_size": 10,
+            "lease_seconds": 30,
+        },
+    )
+    Insight.objects.get_or_create(
+        resource_pool=pool,
+        name="transcode",
+        defaults={
+            "mappers": {"operation_type": ["transcode", "thumbnail", "sleep", "package"]},
+            "order": 0,
+            "is_global": True,
+            "queue_size": 5,
+            "lease_seconds": 30,
+            "scheduling_algorithm": Insight.Algorithm.WEIGHTED_FAIR,
+        },
+    )
+    operator, created = users.objects.get_or_create(
+        username="operator", defaults={"is_staff": True, "is_superuser": True}
+    )
+    if created:
+        operator.set_password(DEMO_PASSWORD)
+        operator.save()
+    summary.logins.append(("operator", DEMO_PASSWORD))
+    worker, created = users.objects.get_or_create(username="farm-worker")
+    if created:
+        worker.set_unusable_password()
+        worker.save()
+    Membership.objects.get_or_create(
+        user=worker, customer=operator_customer, defaults={"role": Membership.Role.WORKER}
+    )
+    summary.worker_token = Token.objects.get_or_create(user=worker)[0].key
+    operator_customer.resource_pool = pool
+    operator_customer.save(update_fields=["resource_pool"])
+    for slug, name, weight in CUSTOMERS:
+        customer, _ = Customer.objects.get_or_create(
+            slug=slug,
+            defaults={"name": name, "resource_pool": pool, "weight": weight},
+        )
+        user, created = users.objects.get_or_create(username=slug)
+        if created:
+            user.set_password(DEMO_PASSWORD)
+            user.save()
+        Membership.objects.get_or_create(
+            user=user, customer=customer, defaults={"role": Membership.Role.ADMIN}
+        )
+        summary.logins.append((slug, DEMO_PASSWORD))
+    acme = Customer.objects.get(slug="acme")
+    media, _ = AgendaTemplate.objects.get_or_create(
+        customer=acme,
+        name="probe-transcode-package",
+        defaults={
+            "description": "Probe a source, transcode it, package the result.",
+            "agenda": MEDIA_TEMPLATE,
+            "payload_schema": {
+                "type": "object",
+                "required": ["url"],
+                "properties": {"url": {"type": "string"}, "seconds": {"type": "number"}},
+            },
+            "is_global": True,
+        },
+    )
+    AgendaTemplate.objects.get_or_create(
+        customer=acme,
+        name="log-only",
+        defaults={
+            "description": "One log operation; the smallest agenda there is.",
+            "agenda": {
+                "operations": [{"name": "hello", "type": "log", "payload": "@<pop.payload>"}]
+            },
+        },
+    )
+    Schedule.objects.get_or_create(
+        customer=acme,
+        name="nightly-probe",
+        defaults={
+            "template": media,
+            "payload": {"url": "https://example.invalid/nightly.mp4", "seconds": 1},
+            "cron": "0 2 * * *",
+            "timezone": "Europe/Amsterdam",
+        },
+    )
+    if not Agenda.objects.exists():
+        for slug, _, _ in CUSTOMERS:
+            customer = Customer.objects.get(slug=slug)
+            for number in range(3):
+                template_run(
+                    principal=None,
+                    template=media,
+                    customer=customer,
+                    payload={"url": f"https://example.invalid/{slug}-{number}.mp4", "seconds": 1},
+                    link_id=f"{slug}-demo",
+                )
+                summary.agendas_created += 1
+            agenda_submit(
+                principal=None,
+                customer=customer,
+                operations=[{"name": "hello", "type": "log", "payload": {"message": "hi"}}],
+                link_id=f"{slug}-demo",
+            )
+            summary.agendas_created += 1
+    return summary

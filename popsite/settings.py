@@ -1,0 +1,197 @@
+"""POP settings: one module, configured only by the environment (DESIGN §12).
+
+Every variable read here is listed in `.env.example` and the README.
+"""
+
+from pathlib import Path
+
+import environ
+from django.core.exceptions import ImproperlyConfigured
+
+BASE_DIR = Path(__file__).resolve().parent.parent
+
+env = environ.Env()
+environ.Env.read_env(BASE_DIR / ".env", overwrite=False)
+
+DEBUG = env.bool("DEBUG", default=False)
+SECRET_KEY = env.str("SECRET_KEY", default="")
+if not SECRET_KEY:
+    if not DEBUG:
+        raise ImproperlyConfigured("SECRET_KEY is required unless DEBUG=true")
+    SECRET_KEY = "insecure-development-key-only-for-debug"  # noqa: S105
+ALLOWED_HOSTS = env.list("ALLOWED_HOSTS", default=["127.0.0.1", "localhost", "testserver"])
+CSRF_TRUSTED_ORIGINS = env.list("CSRF_TRUSTED_ORIGINS", default=[])
+
+INSTALLED_APPS = [
+    "django.contrib.admin",
+    "django.contrib.auth",
+    "django.contrib.contenttypes",
+    "django.contrib.sessions",
+    "django.contrib.messages",
+    "whitenoise.runserver_nostatic",
+    "django.contrib.staticfiles",
+    "rest_framework",
+    "rest_framework.authtoken",
+    "django_filters",
+    "drf_spectacular",
+    "drf_spectacular_sidecar",
+    "django_q",
+    "popsite",
+    "resourcepools",
+    "agendas",
+    "scheduling",
+]
+
+MIDDLEWARE = [
+    "django.middleware.security.SecurityMiddleware",
+    "whitenoise.middleware.WhiteNoiseMiddleware",
+    "popsite.middleware.CorrelationIdMiddleware",
+    "django.contrib.sessions.middleware.SessionMiddleware",
+    "django.middleware.common.CommonMiddleware",
+    "django.middleware.csrf.CsrfViewMiddleware",
+    "django.contrib.auth.middleware.AuthenticationMiddleware",
+    "django.contrib.messages.middleware.MessageMiddleware",
+    "django.middleware.clickjacking.XFrameOptionsMiddleware",
+]
+
+ROOT_URLCONF = "popsite.urls"
+WSGI_APPLICATION = "popsite.wsgi.application"
+
+TEMPLATES = [
+    {
+        "BACKEND": "django.template.backends.django.DjangoTemplates",
+        "DIRS": [BASE_DIR / "templates"],
+        "APP_DIRS": True,
+        "OPTIONS": {
+            "context_processors": [
+                "django.template.context_processors.request",
+                "django.contrib.auth.context_processors.auth",
+                "django.contrib.messages.context_processors.messages",
+            ],
+        },
+    },
+]
+
+DATABASES = {"default": env.db("DATABASE_URL", default=f"sqlite:///{BASE_DIR / 'db.sqlite3'}")}
+if DATABASES["default"]["ENGINE"] == "django.db.backends.sqlite3":
+    # Web, cluster and worker share one file: queue for the write lock instead of failing
+    # with "database is locked", and let readers run beside the writer (WAL).
+    DATABASES["default"]["OPTIONS"] = {
+        "transaction_mode": "IMMEDIATE",
+        "timeout": 20,
+        "init_command": "PRAGMA journal_mode=WAL; PRAGMA synchronous=NORMAL;",
+    }
+else:
+    DATABASES["default"].setdefault("CONN_MAX_AGE", env.int("DATABASE_CONN_MAX_AGE", default=60))
+    DATABASES["default"].setdefault("CONN_HEALTH_CHECKS", True)
+
+DEFAULT_AUTO_FIELD = "django.db.models.BigAutoField"
+
+AUTH_PASSWORD_VALIDATORS = [
+    {"NAME": "django.contrib.auth.password_validation.MinimumLengthValidator"},
+]
+
+LANGUAGE_CODE = "en-us"
+TIME_ZONE = "UTC"
+USE_I18N = True
+USE_TZ = True
+
+STATIC_URL = "static/"
+STATIC_ROOT = BASE_DIR / "staticfiles"
+STORAGES = {
+    "default": {"BACKEND": "django.core.files.storage.FileSystemStorage"},
+    "staticfiles": {"BACKEND": "whitenoise.storage.CompressedStaticFilesStorage"},
+}
+WHITENOISE_USE_FINDERS = True
+
+LOGIN_URL = "login"
+LOGIN_REDIRECT_URL = "/"
+LOGOUT_REDIRECT_URL = "login"
+
+# Request bodies above 1 MiB are refused with 413 (DESIGN §4.2).
+POP_MAX_BODY_BYTES = env.int("POP_MAX_BODY_BYTES", default=1024 * 1024)
+DATA_UPLOAD_MAX_MEMORY_SIZE = POP_MAX_BODY_BYTES
+
+EMAIL_BACKEND = env.str("EMAIL_BACKEND", default="django.core.mail.backends.console.EmailBackend")
+DEFAULT_FROM_EMAIL = env.str("DEFAULT_FROM_EMAIL", default="pop@localhost")
+
+REST_FRAMEWORK = {
+    "DEFAULT_AUTHENTICATION_CLASSES": [
+        "rest_framework.authentication.TokenAuthentication",
+        "rest_framework.authentication.SessionAuthentication",
+    ],
+    "DEFAULT_PERMISSION_CLASSES": ["rest_framework.permissions.IsAuthenticated"],
+    "DEFAULT_FILTER_BACKENDS": [
+        "django_filters.rest_framework.DjangoFilterBackend",
+        "rest_framework.filters.OrderingFilter",
+    ],
+    "DEFAULT_PAGINATION_CLASS": "popsite.pagination.Pagination",
+    "DEFAULT_SCHEMA_CLASS": "drf_spectacular.openapi.AutoSchema",
+    "EXCEPTION_HANDLER": "popsite.api.exception_handler",
+    "DEFAULT_THROTTLE_CLASSES": [
+        "rest_framework.throttling.AnonRateThrottle",
+        "rest_framework.throttling.UserRateThrottle",
+    ],
+    "DEFAULT_THROTTLE_RATES": {
+        "anon": env.str("POP_THROTTLE_ANON", default="60/minute"),
+        "user": env.str("POP_THROTTLE_USER", default="100000/minute"),
+    },
+    "TEST_REQUEST_DEFAULT_FORMAT": "json",
+}
+
+SPECTACULAR_SETTINGS = {
+    "TITLE": "POP — Priority Operation Processing",
+    "DESCRIPTION": "Fair multi-tenant scheduling of agendas onto resource pools.",
+    "VERSION": "1.0.0",
+    "SERVE_INCLUDE_SCHEMA": False,
+    "SWAGGER_UI_DIST": "SIDECAR",
+    "SWAGGER_UI_FAVICON_HREF": "SIDECAR",
+    "REDOC_DIST": "SIDECAR",
+    "COMPONENT_SPLIT_REQUEST": True,
+    # Several models have a `state`; name their choice sets instead of hashing them.
+    "ENUM_NAME_OVERRIDES": {
+        "AgendaStateEnum": "agendas.models.AgendaProgress.State",
+        "OperationStateEnum": "agendas.models.OperationProgress.State",
+    },
+}
+
+# --- POP knobs (DESIGN §7, §12) -------------------------------------------------------------
+POP_FILL_INTERVAL = env.float("POP_FILL_INTERVAL", default=2.0)
+POP_PROMOTE_INTERVAL = env.float("POP_PROMOTE_INTERVAL", default=2.0)
+POP_RECLAIM_INTERVAL = env.float("POP_RECLAIM_INTERVAL", default=15.0)
+POP_TIMEOUT_INTERVAL = env.float("POP_TIMEOUT_INTERVAL", default=60.0)
+POP_REAP_INTERVAL = env.float("POP_REAP_INTERVAL", default=3600.0)
+POP_CALLBACK_INTERVAL = env.float("POP_CALLBACK_INTERVAL", default=2.0)
+POP_CRON_INTERVAL = env.float("POP_CRON_INTERVAL", default=10.0)
+POP_ALERT_INTERVAL = env.float("POP_ALERT_INTERVAL", default=30.0)
+POP_CALLBACK_ALLOW_PRIVATE = env.bool("POP_CALLBACK_ALLOW_PRIVATE", default=False)
+POP_CALLBACK_TIMEOUT = env.float("POP_CALLBACK_TIMEOUT", default=5.0)
+POP_CALLBACK_MAX_ATTEMPTS = env.int("POP_CALLBACK_MAX_ATTEMPTS", default=8)
+POP_RETRY_DELAY_CAP_SECONDS = env.int("POP_RETRY_DELAY_CAP_SECONDS", default=600)
+POP_REAP_BATCH_SIZE = env.int("POP_REAP_BATCH_SIZE", default=1000)
+# Nudge a fill through django-q2 (async) or run it in the request's on_commit hook (sync).
+POP_FILL_NUDGE = env.str("POP_FILL_NUDGE", default="async")
+
+Q_CLUSTER = {
+    "name": "pop",
+    "orm": "default",
+    "workers": env.int("POP_Q_WORKERS", default=2),
+    "timeout": 300,
+    "retry": 360,
+    "max_attempts": 1,
+    "catch_up": False,
+    "poll": 0.2,
+    "guard_cycle": 0.5,
+    "ack_failures": True,
+    "save_limit": 250,
+    "label": "Tasks",
+}
+
+LOGGING = {
+    "version": 1,
+    "disable_existing_loggers": False,
+    "formatters": {"plain": {"format": "%(asctime)s %(levelname)s %(name)s %(message)s"}},
+    "handlers": {"console": {"class": "logging.StreamHandler", "formatter": "plain"}},
+    "root": {"handlers": ["console"], "level": env.str("LOG_LEVEL", default="INFO")},
+    "loggers": {"django_q": {"level": env.str("POP_Q_LOG_LEVEL", default="WARNING")}},
+}

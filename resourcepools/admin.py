@@ -1,0 +1,66 @@
+from django.contrib import admin
+
+from resourcepools.models import Customer, Insight, Membership, ResourcePool
+
+
+class MembershipInline(admin.TabularInline):
+    model = Membership
+    extra = 0
+    autocomplete_fields = ["user"]
+
+
+@admin.register(Customer)
+class CustomerAdmin(admin.ModelAdmin):
+    list_display = ["name", "slug", "is_active", "resource_pool", "weight", "max_executing"]
+    list_filter = ["is_active", "resource_pool"]
+    search_fields = ["name", "slug", "link_id"]
+    prepopulated_fields = {"slug": ["name"]}
+    inlines = [MembershipInline]
+
+
+@admin.register(Membership)
+class MembershipAdmin(admin.ModelAdmin):
+    list_display = ["user", "customer", "role", "created_at"]
+    list_filter = ["role", "customer"]
+    search_fields = ["user__username", "customer__name", "customer__slug"]
+    autocomplete_fields = ["user", "customer"]
+
+
+class InsightInline(admin.StackedInline):
+    model = Insight
+    extra = 0
+    fields = [
+        "name",
+        "queue_size",
+        "scheduling_algorithm",
+        "mappers",
+        "order",
+        "is_global",
+        "lease_seconds",
+        "max_execution_seconds",
+        "execution_limit",
+    ]
+
+
+@admin.register(ResourcePool)
+class ResourcePoolAdmin(admin.ModelAdmin):
+    list_display = ["name", "owner", "created_at"]
+    list_filter = ["owner"]
+    search_fields = ["name", "description", "link_id"]
+    inlines = [InsightInline]
+
+
+@admin.register(Insight)
+class InsightAdmin(admin.ModelAdmin):
+    list_display = [
+        "name",
+        "resource_pool",
+        "queue_size",
+        "scheduling_algorithm",
+        "order",
+        "is_global",
+        "execution_limit",
+    ]
+    list_filter = ["resource_pool", "scheduling_algorithm", "is_global"]
+    search_fields = ["name", "resource_pool__name", "link_id"]
+    filter_horizontal = ["allowed_customers"]

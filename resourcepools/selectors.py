@@ -1,0 +1,118 @@
+"""Who may see what (DESIGN §9): every customer-visible read starts here."""
+
+from django.contrib.auth.models import AbstractBaseUser, AnonymousUser
+from django.core.exceptions import PermissionDenied
+from django.db.models import Q, QuerySet
+
+from resourcepools.mapping import InsightCandidate
+from resourcepools.models import Customer, Insight, Membership, ResourcePool
+
+Role = Membership.Role
+Principal = AbstractBaseUser | AnonymousUser
+# viewer < submitter < admin; `worker` is outside the ladder: it pulls and reports only.
+ROLE_RANK: dict[str, int] = {Role.VIEWER: 1, Role.SUBMITTER: 2, Role.ADMIN: 3, Role.WORKER: 0}
+
+
+def principal_is_staff(principal: Principal | None) -> bool:
+    """True for the trusted system (None) and for active staff users."""
+    return principal is None or bool(getattr(principal, "is_staff", False))
+
+
+def membership_roles(principal: Principal) -> dict:
+    """Map customer id → role for the principal's memberships (cached on the user object)."""
+    cached = getattr(principal, "_pop_roles", None)
+    if cached is None:
+        cached = {}
+        if principal is not None and principal.is_authenticated:
+            cached = dict(
+                Membership.objects.filter(user=principal, customer__is_active=True).values_list(
+                    "customer_id", "role"
+                )
+            )
+        principal._pop_roles = cached
+    return cached
+
+
+def has_role(principal: Principal | None, customer_id: object, role: str) -> bool:
+    """Whether the principal holds `role` (or better) for the customer; staff hold every role."""
+    if principal_is_staff(principal):
+        return True
+    held = membership_roles(principal).get(customer_id)
+    if held is None:
+        return False
+    if role == Role.WORKER:
+        return held in (Role.WORKER, Role.ADMIN)
+    return ROLE_RANK[held] >= ROLE_RANK[role]
+
+
+def require_role(principal: Principal | None, customer_id: object, role: str) -> None:
+    """Raise PermissionDenied (403) unless the principal holds `role` for the customer."""
+    if not has_role(principal, customer_id, role):
+        raise PermissionDenied(f"This action needs the {role} role for this customer.")
+
+
+def customer_ids_with_role(principal: Principal, role: str = Role.VIEWER) -> list:
+    """Ids of the customers where the principal holds `role` (not meaningful for staff)."""
+    return [cid for cid in membership_roles(principal) if has_role(principal, cid, role)]
+
+
+def customer_list(*, principal: Principal) -> QuerySet[Customer]:
+    """Customers the principal may see: all for staff, else the ones they are a member of."""
+    customers = Customer.objects.select_related("resource_pool")
+    if principal_is_staff(principal):
+        return customers
+    return customers.filter(pk__in=list(membership_roles(principal)))
+
+
+def membership_list(*, principal: Principal) -> QuerySet[Membership]:
+    """Memberships of the customers the principal administers (staff: all)."""
+    memberships = Membership.objects.select_related("user", "customer")
+    if principal_is_staff(principal):
+        return memberships
+    return memberships.filter(customer_id__in=customer_ids_with_role(principal, Role.ADMIN))
+
+
+def resource_pool_list(*, principal: Principal) -> QuerySet[ResourcePool]:
+    """Pools the principal may see: owned by one of its customers, or used by one of them."""
+    pools = ResourcePool.objects.select_related("owner")
+    if principal_is_staff(principal):
+        return pools
+    customer_ids = list(membership_roles(principal))
+    return pools.filter(Q(owner_id__in=customer_ids) | Q(customers__in=customer_ids)).distinct()
+
+
+def insight_list(*, principal: Principal) -> QuerySet[Insight]:
+    """Insights visible to the principal: of pools its customers own, global, or shared with it."""
+    insights = Insight.objects.select_related("resource_pool", "resource_pool__owner")
+    if principal_is_staff(principal):
+        return insights
+    customer_ids = list(membership_roles(principal))
+    visible = Insight.objects.filter(
+        Q(resource_pool__owner_id__in=customer_ids)
+        | Q(is_global=True)
+        | Q(allowed_customers__in=customer_ids)
+        | Q(resource_pool__customers__in=customer_ids, allowed_customers__isnull=True)
+    ).values("pk")
+    return insights.filter(pk__in=visible)
+
+
+def insight_candidates_for(customer: Customer) -> list[InsightCandidate]:
+    """Insights of the customer's pool it may submit to (global, owned, or allowed; §4.4)."""
+    if customer.resource_pool_id is None:
+        return []
+    insights = Insight.objects.filter(resource_pool_id=customer.resource_pool_id).filter(
+        Q(is_global=True)
+        | Q(resource_pool__owner_id=customer.pk)
+        | Q(allowed_customers=customer.pk)
+        | Q(allowed_customers__isnull=True)
+    )
+    return [
+        InsightCandidate(
+            id=str(insight.pk),
+            name=insight.name,
+            order=insight.order,
+            created_at=insight.created_at,
+            mappers=insight.mappers,
+        )
+        for insight in insights.distinct().order_by("order", "created_at")
+    ]

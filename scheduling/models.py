@@ -1,0 +1,230 @@
+from django.db import models
+from django.db.models import Q
+
+from popsite.models import OwnedModel
+
+
+class ReadyAgenda(models.Model):
+    """An agenda eligible to be queued; the fill reads these through the fairness index."""
+
+    agenda = models.OneToOneField(
+        "agendas.Agenda", on_delete=models.CASCADE, related_name="ready_entry"
+    )
+    insight = models.ForeignKey(
+        "resourcepools.Insight", on_delete=models.CASCADE, related_name="ready_agendas"
+    )
+    customer = models.ForeignKey(
+        "resourcepools.Customer", on_delete=models.CASCADE, related_name="ready_agendas"
+    )
+    priority = models.PositiveSmallIntegerField(default=5)
+    added_at = models.DateTimeField()
+
+    class Meta:
+        indexes = [
+            models.Index(
+                "insight",
+                "customer",
+                models.F("priority").desc(),
+                "added_at",
+                name="ready_fair_order",
+            ),
+            models.Index(fields=["insight", "added_at"], name="ready_fifo_order"),
+        ]
+
+    def __str__(self) -> str:
+        return f"ready {self.agenda_id}"
+
+
+class QueuedAgenda(models.Model):
+    """An agenda in its insight's queue, pulled in `position` order."""
+
+    agenda = models.OneToOneField(
+        "agendas.Agenda", on_delete=models.CASCADE, related_name="queue_entry"
+    )
+    insight = models.ForeignKey(
+        "resourcepools.Insight", on_delete=models.CASCADE, related_name="queued_agendas"
+    )
+    customer = models.ForeignKey(
+        "resourcepools.Customer", on_delete=models.CASCADE, related_name="queued_agendas"
+    )
+    position = models.BigIntegerField()
+    queued_at = models.DateTimeField()
+
+    class Meta:
+        indexes = [models.Index(fields=["insight", "position"], name="queue_order")]
+
+    def __str__(self) -> str:
+        return f"queued {self.agenda_id} @ {self.position}"
+
+
+class InsightScheduleInfo(models.Model):
+    insight = models.OneToOneField(
+        "resourcepools.Insight", on_delete=models.CASCADE, related_name="schedule_info"
+    )
+    pending_customer_ids = models.JSONField(
+        default=list, blank=True, help_text="Round-robin cursor: customers still owed a turn."
+    )
+    deficits = models.JSONField(default=dict, blank=True, help_text="Weighted-fair credit.")
+    next_position = models.BigIntegerField(default=1)
+    last_fill_at = models.DateTimeField(null=True, blank=True)
+    last_fill_count = models.PositiveIntegerField(default=0)
+
+    class Meta:
+        verbose_name_plural = "insight schedule info"
+
+    def __str__(self) -> str:
+        return f"schedule info of {self.insight_id}"
+
+
+class Schedule(OwnedModel):
+    """A cron schedule that submits agendas from a template."""
+
+    class State(models.TextChoices):
+        ACTIVE = "active", "active"
+        PAUSED = "paused", "paused"
+        EXPIRED = "expired", "expired"
+
+    class CatchUp(models.TextChoices):
+        SKIP = "skip", "skip missed runs"
+        ONCE = "once", "run once for missed runs"
+
+    class Overlap(models.TextChoices):
+        ALLOW = "allow", "allow"
+        SKIP = "skip", "skip while the previous run is not terminal"
+
+    customer = models.ForeignKey(
+        "resourcepools.Customer", on_delete=models.CASCADE, related_name="schedules"
+    )
+    name = models.CharField(max_length=200)
+    template = models.ForeignKey(
+        "agendas.AgendaTemplate", on_delete=models.PROTECT, related_name="schedules"
+    )
+    payload = models.JSONField(default=dict, blank=True)
+    cron = models.CharField(max_length=200)
+    timezone = models.CharField(max_length=64, default="UTC")
+    state = models.CharField(max_length=20, choices=State.choices, default=State.ACTIVE)
+    start_at = models.DateTimeField(null=True, blank=True)
+    end_at = models.DateTimeField(null=True, blank=True)
+    next_run_at = models.DateTimeField(null=True, blank=True)
+    last_run_at = models.DateTimeField(null=True, blank=True)
+    catch_up = models.CharField(max_length=10, choices=CatchUp.choices, default=CatchUp.SKIP)
+    overlap = models.CharField(max_length=10, choices=Overlap.choices, default=Overlap.ALLOW)
+
+    class Meta:
+        ordering = ["name"]
+        constraints = [
+            models.UniqueConstraint(fields=["customer", "name"], name="schedule_name_per_customer"),
+        ]
+        indexes = [models.Index(fields=["state", "next_run_at"], name="schedule_due")]
+
+    def __str__(self) -> str:
+        return self.name
+
+
+class CallbackDelivery(models.Model):
+    """Outbox row: one customer callback, written in the transaction of the state change."""
+
+    class Status(models.TextChoices):
+        PENDING = "pending", "pending"
+        DELIVERED = "delivered", "delivered"
+        FAILED = "failed", "failed"
+
+    id = models.BigAutoField(primary_key=True)
+    agenda = models.ForeignKey(
+        "agendas.Agenda", on_delete=models.CASCADE, related_name="callback_deliveries"
+    )
+    customer = models.ForeignKey(
+        "resourcepools.Customer", on_delete=models.CASCADE, related_name="callback_deliveries"
+    )
+    link_id = models.CharField(max_length=255, blank=True, default="", db_index=True)
+    cid = models.CharField(max_length=64, blank=True, default="")
+    url = models.URLField(max_length=1000)
+    event = models.CharField(max_length=20)
+    body = models.JSONField()
+    attempts = models.PositiveSmallIntegerField(default=0)
+    next_attempt_at = models.DateTimeField()
+    status = models.CharField(max_length=20, choices=Status.choices, default=Status.PENDING)
+    last_status_code = models.PositiveSmallIntegerField(null=True, blank=True)
+    last_error = models.TextField(blank=True, default="")
+    delivered_at = models.DateTimeField(null=True, blank=True)
+    created_at = models.DateTimeField(auto_now_add=True)
+    updated_at = models.DateTimeField(auto_now=True)
+
+    class Meta:
+        verbose_name_plural = "callback deliveries"
+        ordering = ["-id"]
+        indexes = [
+            models.Index(
+                fields=["next_attempt_at"],
+                condition=Q(status="pending"),
+                name="callback_due",
+            ),
+            models.Index(fields=["agenda", "id"], name="callback_agenda_order"),
+        ]
+
+    def __str__(self) -> str:
+        return f"{self.event} → {self.url} ({self.status})"
+
+
+class AlertRule(OwnedModel):
+    class Kind(models.TextChoices):
+        QUEUE_WAITING = "queue_waiting", "ready agendas waiting above N"
+        OLDEST_READY_AGE = "oldest_ready_age", "oldest ready agenda older than S seconds"
+        FAILURE_RATIO = "failure_ratio", "failure ratio above R over a window"
+        RECLAIMS = "reclaims", "reclaims above N over a window"
+
+    customer = models.ForeignKey(
+        "resourcepools.Customer",
+        on_delete=models.CASCADE,
+        related_name="alert_rules",
+        help_text="Owner of the rule; also the scope when no insight is set.",
+    )
+    name = models.CharField(max_length=200)
+    kind = models.CharField(max_length=30, choices=Kind.choices)
+    insight = models.ForeignKey(
+        "resourcepools.Insight",
+        null=True,
+        blank=True,
+        on_delete=models.CASCADE,
+        related_name="alert_rules",
+    )
+    threshold = models.FloatField()
+    window_seconds = models.PositiveIntegerField(default=300)
+    webhook_url = models.URLField(max_length=1000, blank=True, default="")
+    emails = models.JSONField(default=list, blank=True)
+    is_enabled = models.BooleanField(default=True)
+
+    class Meta:
+        ordering = ["name"]
+
+    def __str__(self) -> str:
+        return self.name
+
+
+class Alert(models.Model):
+    class State(models.TextChoices):
+        OPEN = "open", "open"
+        RESOLVED = "resolved", "resolved"
+
+    rule = models.ForeignKey(
+        "scheduling.AlertRule", on_delete=models.CASCADE, related_name="alerts"
+    )
+    customer = models.ForeignKey(
+        "resourcepools.Customer", on_delete=models.CASCADE, related_name="alerts"
+    )
+    state = models.CharField(max_length=20, choices=State.choices, default=State.OPEN)
+    value = models.FloatField()
+    message = models.TextField(blank=True, default="")
+    opened_at = models.DateTimeField()
+    resolved_at = models.DateTimeField(null=True, blank=True)
+
+    class Meta:
+        ordering = ["-opened_at"]
+        constraints = [
+            models.UniqueConstraint(
+                fields=["rule"], condition=Q(state="open"), name="one_open_alert_per_rule"
+            ),
+        ]
+
+    def __str__(self) -> str:
+        return f"{self.rule} ({self.state})"

@@ -1,0 +1,140 @@
+"""Shared fixtures: a pool with an insight, customers, principals per role, API clients."""
+
+from dataclasses import dataclass
+
+import pytest
+from rest_framework.authtoken.models import Token
+from rest_framework.test import APIClient
+
+from agendas.services import agenda_submit
+from resourcepools.models import Customer, Insight, Membership
+from tests.factories import (
+    CustomerFactory,
+    InsightFactory,
+    MembershipFactory,
+    ResourcePoolFactory,
+    UserFactory,
+)
+
+Role = Membership.Role
+
+
+@dataclass
+class Principal:
+    """A user acting for one customer with one role."""
+
+    user: object
+    customer: Customer
+    role: str
+
+
+@pytest.fixture
+def pool_owner(db) -> Customer:
+    return CustomerFactory(slug="farmco", name="FarmCo")
+
+
+@pytest.fixture
+def pool(pool_owner):
+    return ResourcePoolFactory(name="farm", owner=pool_owner)
+
+
+@pytest.fixture
+def insight(pool) -> Insight:
+    return InsightFactory(
+        resource_pool=pool, name="mediainfo", mappers={"operation_type": ["mediainfo", "log"]}
+    )
+
+
+@pytest.fixture
+def transcode_insight(pool) -> Insight:
+    return InsightFactory(
+        resource_pool=pool,
+        name="transcode",
+        order=1,
+        mappers={"operation_type": ["transcode", "sleep"]},
+    )
+
+
+@pytest.fixture
+def customer(pool) -> Customer:
+    return CustomerFactory(slug="acme", name="Acme", resource_pool=pool)
+
+
+@pytest.fixture
+def other_customer(pool) -> Customer:
+    return CustomerFactory(slug="globex", name="Globex", resource_pool=pool)
+
+
+@pytest.fixture
+def make_principal(db):
+    def make(customer: Customer, role: str = Role.SUBMITTER, username: str | None = None):
+        user = UserFactory(username=username or f"{customer.slug}-{role}")
+        MembershipFactory(user=user, customer=customer, role=role)
+        return Principal(user=user, customer=customer, role=role)
+
+    return make
+
+
+@pytest.fixture
+def submitter(customer, make_principal) -> Principal:
+    return make_principal(customer, Role.SUBMITTER)
+
+
+@pytest.fixture
+def viewer(customer, make_principal) -> Principal:
+    return make_principal(customer, Role.VIEWER)
+
+
+@pytest.fixture
+def admin_member(customer, make_principal) -> Principal:
+    return make_principal(customer, Role.ADMIN)
+
+
+@pytest.fixture
+def other_submitter(other_customer, make_principal) -> Principal:
+    return make_principal(other_customer, Role.SUBMITTER)
+
+
+@pytest.fixture
+def worker(pool_owner, make_principal) -> Principal:
+    return make_principal(pool_owner, Role.WORKER)
+
+
+@pytest.fixture
+def staff_user(db):
+    return UserFactory(username="operator", is_staff=True, is_superuser=True)
+
+
+@pytest.fixture
+def operations() -> list[dict]:
+    return [
+        {"name": "probe", "type": "mediainfo", "payload": {"url": "s3://in/a.mp4"}},
+        {"name": "report", "type": "log", "payload": {"size": "@<probe.out::/size>"}},
+    ]
+
+
+@pytest.fixture
+def submit_agenda(operations, insight):
+    """Submit an agenda through the service, as `principal`."""
+
+    def submit(principal: Principal, **options):
+        options.setdefault("operations", operations)
+        agenda, _ = agenda_submit(principal=principal.user, customer=principal.customer, **options)
+        return agenda
+
+    return submit
+
+
+@pytest.fixture
+def api_client_for(db):
+    """An APIClient authenticated with the principal's (or user's) token."""
+
+    def client_for(principal_or_user) -> APIClient:
+        user = getattr(principal_or_user, "user", principal_or_user)
+        client = APIClient()
+        client.credentials(
+            HTTP_AUTHORIZATION=f"Token {Token.objects.get_or_create(user=user)[0].key}"
+        )
+        return client
+
+    return client_for
