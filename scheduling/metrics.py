@@ -1,0 +1,132 @@
+"""Prometheus series of DESIGN §7.
+
+Two kinds:
+- Levels (ready / queued / executing per insight and customer, oldest ready age, callback
+  outbox by status) are read from the database at scrape time by `DatabaseCollector`, so
+  every web node reports the same truth whichever process did the work.
+- Events (fills, pulls, pull latency, reports, outcomes, reclaims, callback outcomes) are
+  counted in the process where they happen. With several processes (gunicorn workers, the
+  django-q2 cluster) set `PROMETHEUS_MULTIPROC_DIR` and prometheus-client's multiprocess
+  mode aggregates them; without it each process reports its own counts.
+"""
+
+import os
+from collections.abc import Iterator
+
+from django.db.models import Count, Min
+from django.utils import timezone
+from prometheus_client import CollectorRegistry, Counter, Histogram
+from prometheus_client.core import GaugeMetricFamily, Metric
+from prometheus_client.multiprocess import MultiProcessCollector
+from prometheus_client.registry import REGISTRY, Collector
+
+from agendas.models import Execution
+from resourcepools.models import Customer, Insight
+from scheduling.models import CallbackDelivery, QueuedAgenda, ReadyAgenda
+
+FILLS = Counter("pop_fills_total", "Fill runs that moved agendas into a queue.", ["insight"])
+FILLED_AGENDAS = Counter(
+    "pop_filled_agendas_total", "Agendas moved from ready to queued.", ["insight"]
+)
+PULLS = Counter("pop_pulls_total", "Pull requests answered.", ["insight"])
+PULLED_AGENDAS = Counter("pop_pulled_agendas_total", "Agendas leased to pullers.", ["insight"])
+PULL_LATENCY = Histogram(
+    "pop_pull_latency_seconds",
+    "Time to claim work in one pull check (excluding long-poll waiting).",
+    ["insight"],
+    buckets=(0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5),
+)
+REPORTS = Counter("pop_reports_total", "Execution reports by result.", ["result"])
+OUTCOMES = Counter("pop_execution_outcomes_total", "Executions ended, by outcome.", ["outcome"])
+RECLAIMS = Counter("pop_reclaims_total", "Executions reclaimed after their lease expired.")
+TIMEOUTS = Counter("pop_timeouts_total", "Executions ended for running past the limit.")
+CALLBACKS = Counter("pop_callbacks_total", "Callback delivery attempts by outcome.", ["outcome"])
+
+
+class DatabaseCollector(Collector):
+    """Queue levels per insight and customer, read at scrape time (a few grouped queries)."""
+
+    def collect(self) -> Iterator[Metric]:
+        insight_rows = list(Insight.objects.values_list("pk", "name", "queue_size"))
+        insights = {pk: name for pk, name, _ in insight_rows}
+        customers = dict(Customer.objects.values_list("pk", "slug"))
+
+        def label(mapping: dict, key: object) -> str:
+            return str(mapping.get(key, key))
+
+        for name, help_text, rows in (
+            (
+                "pop_ready_agendas",
+                "Agendas ready and waiting for a fill.",
+                ReadyAgenda.objects.values_list("insight_id", "customer_id").annotate(
+                    n=Count("pk")
+                ),
+            ),
+            (
+                "pop_queued_agendas",
+                "Agendas queued in an insight, waiting for a puller.",
+                QueuedAgenda.objects.values_list("insight_id", "customer_id").annotate(
+                    n=Count("pk")
+                ),
+            ),
+            (
+                "pop_executing_agendas",
+                "Agendas leased to a worker (open executions).",
+                Execution.objects.filter(outcome__isnull=True)
+                .values_list("insight_id", "customer_id")
+                .annotate(n=Count("pk")),
+            ),
+        ):
+            family = GaugeMetricFamily(name, help_text, labels=["insight", "customer"])
+            for insight_id, customer_id, count in rows.order_by():
+                family.add_metric(
+                    [label(insights, insight_id), label(customers, customer_id)], count
+                )
+            yield family
+
+        size = GaugeMetricFamily("pop_queue_size", "Configured queue depth.", labels=["insight"])
+        for _, name, queue_size in insight_rows:
+            size.add_metric([name], queue_size)
+        yield size
+
+        now = timezone.now()
+        oldest = GaugeMetricFamily(
+            "pop_oldest_ready_age_seconds",
+            "Age of the oldest ready agenda per insight.",
+            labels=["insight"],
+        )
+        for insight_id, added_at in (
+            ReadyAgenda.objects.values_list("insight_id")
+            .annotate(oldest=Min("added_at"))
+            .order_by()
+        ):
+            oldest.add_metric([label(insights, insight_id)], (now - added_at).total_seconds())
+        yield oldest
+
+        outbox = GaugeMetricFamily(
+            "pop_callback_deliveries", "Callback outbox rows by status.", labels=["status"]
+        )
+        for status, count in (
+            CallbackDelivery.objects.values_list("status").annotate(n=Count("pk")).order_by()
+        ):
+            outbox.add_metric([status], count)
+        yield outbox
+
+
+def registry() -> CollectorRegistry:
+    """The registry /metrics serves: process (or multiprocess) events plus database levels."""
+    if os.environ.get("PROMETHEUS_MULTIPROC_DIR"):
+        scrape = CollectorRegistry()
+        MultiProcessCollector(scrape)
+    else:
+        scrape = CollectorRegistry(auto_describe=True)
+        scrape.register(_ProcessEvents())
+    scrape.register(DatabaseCollector())
+    return scrape
+
+
+class _ProcessEvents(Collector):
+    """This process's own series (everything in prometheus-client's default registry)."""
+
+    def collect(self) -> Iterator[Metric]:
+        yield from REGISTRY.collect()
