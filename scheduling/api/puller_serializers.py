@@ -1,0 +1,193 @@
+"""Shapes of the puller API: pull, report, batch report, generated operations (DESIGN §5.3–5.4)."""
+
+from rest_framework import serializers
+
+from agendas.models import Agenda, Execution, OperationProgress
+from popsite.api import JSONObjectField, JSONValueField
+from scheduling.services import (
+    MAX_BATCH_REPORTS,
+    MAX_PULL_COUNT,
+    MAX_WAIT_SECONDS,
+    REPORT_OUTCOMES,
+)
+
+OPERATION_STATES = [choice for choice, _ in OperationProgress.State.choices]
+
+
+# --- input ---------------------------------------------------------------------------------
+
+
+class PullRequestSerializer(serializers.Serializer):
+    count = serializers.IntegerField(
+        default=1, min_value=1, max_value=MAX_PULL_COUNT, help_text="Agendas wanted, 1 to 100."
+    )
+    worker = serializers.CharField(
+        default="", allow_blank=True, max_length=200, help_text="Name of the puller, for humans."
+    )
+    wait_seconds = serializers.FloatField(
+        default=0.0,
+        min_value=0.0,
+        max_value=MAX_WAIT_SECONDS,
+        help_text="Long-poll up to this long (0 to 20 s) when the queue is empty.",
+    )
+
+
+class DiagnosticInputSerializer(serializers.Serializer):
+    time = serializers.CharField(required=False, allow_blank=True, max_length=64)
+    message = serializers.CharField(allow_blank=True, max_length=10_000)
+    code = serializers.CharField(required=False, allow_blank=True, max_length=100)
+    detail = JSONValueField(required=False, allow_null=True)
+
+
+class OperationReportSerializer(serializers.Serializer):
+    name = serializers.CharField(max_length=100, help_text="An operation of the agenda.")
+    state = serializers.ChoiceField(choices=OPERATION_STATES, required=False)
+    percent_complete = serializers.FloatField(required=False, min_value=0.0, max_value=100.0)
+    message = serializers.CharField(required=False, allow_blank=True, max_length=10_000)
+    result = JSONValueField(required=False, allow_null=True, help_text="The operation's output.")
+    diagnostics = DiagnosticInputSerializer(many=True, required=False, max_length=100)
+    params = JSONObjectField(required=False, help_text="Handler resume state.")
+
+
+class ReportSerializer(serializers.Serializer):
+    """A sparse report: every field is optional; an empty body is a heartbeat."""
+
+    percent_complete = serializers.FloatField(required=False, min_value=0.0, max_value=100.0)
+    message = serializers.CharField(required=False, allow_blank=True, max_length=10_000)
+    operations = OperationReportSerializer(many=True, required=False, max_length=1000)
+    state = serializers.ChoiceField(
+        choices=sorted(REPORT_OUTCOMES),
+        required=False,
+        help_text="Final outcome of this execution.",
+    )
+    diagnostics = DiagnosticInputSerializer(many=True, required=False, max_length=100)
+
+
+class BatchReportItemSerializer(ReportSerializer):
+    execution = serializers.UUIDField(help_text="Execution id.")
+    lease_token = serializers.CharField(max_length=64, help_text="The execution's lease token.")
+
+
+class BatchReportSerializer(serializers.Serializer):
+    # Items are validated one by one in the view, so one malformed item fails alone.
+    reports = serializers.ListField(
+        child=serializers.DictField(),
+        min_length=1,
+        max_length=MAX_BATCH_REPORTS,
+        help_text=f"1 to {MAX_BATCH_REPORTS} reports, each shaped like BatchReportItem.",
+    )
+
+
+class GeneratedOperationSerializer(serializers.Serializer):
+    name = serializers.CharField(max_length=100, help_text="New to the agenda (case-insensitive).")
+    type = serializers.CharField(max_length=100)
+    payload = JSONValueField(required=False)
+    depends_on = serializers.ListField(
+        child=serializers.CharField(max_length=100), required=False, max_length=1000
+    )
+    params = JSONObjectField(required=False)
+
+
+class AddOperationsSerializer(serializers.Serializer):
+    operations = GeneratedOperationSerializer(many=True, min_length=1, max_length=1000)
+
+
+# --- output --------------------------------------------------------------------------------
+
+
+class PulledOperationSerializer(serializers.ModelSerializer):
+    class Meta:
+        model = OperationProgress
+        fields = [
+            "name",
+            "type",
+            "state",
+            "percent_complete",
+            "message",
+            "attempt_count",
+            "result",
+            "params",
+            "diagnostics",
+            "is_generated",
+        ]
+        read_only_fields = fields
+
+
+class PulledProgressSerializer(serializers.Serializer):
+    state = serializers.CharField()
+    attempts_completed = serializers.IntegerField()
+    percent_complete = serializers.FloatField()
+    message = serializers.CharField()
+    operations = PulledOperationSerializer(many=True, help_text="What a retry resumes from.")
+
+
+class PulledAgendaBodySerializer(serializers.ModelSerializer):
+    customer_slug = serializers.CharField(source="customer.slug")
+
+    class Meta:
+        model = Agenda
+        fields = [
+            "id",
+            "customer",
+            "customer_slug",
+            "insight",
+            "link_id",
+            "cid",
+            "external_id",
+            "operations",
+            "params",
+            "priority",
+            "max_attempts",
+            "retry_delay_seconds",
+            "created_at",
+        ]
+        read_only_fields = fields
+
+
+class LeaseSerializer(serializers.ModelSerializer):
+    class Meta:
+        model = Execution
+        fields = ["id", "lease_token", "lease_expires_at", "number"]
+        read_only_fields = fields
+
+
+class PulledItemSerializer(serializers.Serializer):
+    agenda = PulledAgendaBodySerializer()
+    progress = PulledProgressSerializer(source="prior_progress")
+    execution = LeaseSerializer()
+
+
+class PullResponseSerializer(serializers.Serializer):
+    agendas = PulledItemSerializer(many=True)
+
+
+class ReportAnswerSerializer(serializers.Serializer):
+    abort = serializers.BooleanField(help_text="Stop now: the agenda was aborted.")
+    pause = serializers.BooleanField(help_text="Stop after the running operations: pause asked.")
+    lease_expires_at = serializers.DateTimeField(
+        allow_null=True, help_text="Report again before this; null once the execution ended."
+    )
+    state = serializers.CharField(help_text="The agenda's state after this report.")
+
+
+class BatchReportResultSerializer(serializers.Serializer):
+    execution = serializers.CharField(allow_null=True)
+    ok = serializers.BooleanField()
+    status = serializers.IntegerField(help_text="The HTTP status this report would have had.")
+    abort = serializers.BooleanField(required=False)
+    pause = serializers.BooleanField(required=False)
+    lease_expires_at = serializers.DateTimeField(required=False, allow_null=True)
+    state = serializers.CharField(required=False)
+    detail = serializers.CharField(required=False)
+    current_state = serializers.CharField(required=False)
+    errors = serializers.DictField(
+        child=serializers.ListField(child=serializers.CharField()), required=False
+    )
+
+
+class BatchReportResponseSerializer(serializers.Serializer):
+    results = BatchReportResultSerializer(many=True, help_text="One per report, in order.")
+
+
+class AddOperationsResponseSerializer(serializers.Serializer):
+    operations = PulledOperationSerializer(many=True)

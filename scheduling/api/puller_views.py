@@ -1,0 +1,172 @@
+"""Puller endpoints (DESIGN §5.3–5.4): pull, report, batch report, generated operations.
+
+Pulls are for a `worker`/`admin` member of the pool owner (or staff). Reports and generated
+operations are authorized by the execution's lease token (`X-POP-Lease`), not by who sends
+them (DESIGN §9).
+"""
+
+from typing import Any
+
+from django.http import Http404
+from drf_spectacular.utils import OpenApiParameter, OpenApiResponse, extend_schema
+from rest_framework import status
+from rest_framework.request import Request
+from rest_framework.response import Response
+
+from popsite.api import CONFLICT_RESPONSE, ErrorSerializer, PopAPIView, flatten_errors
+from resourcepools.models import Insight
+from resourcepools.selectors import insight_list
+from scheduling.api.puller_serializers import (
+    AddOperationsResponseSerializer,
+    AddOperationsSerializer,
+    BatchReportItemSerializer,
+    BatchReportResponseSerializer,
+    BatchReportSerializer,
+    PullRequestSerializer,
+    PullResponseSerializer,
+    ReportAnswerSerializer,
+    ReportSerializer,
+)
+from scheduling.services import (
+    BatchItemResult,
+    execution_add_operations,
+    execution_report,
+    execution_report_batch,
+    insight_pull,
+)
+
+LEASE_HEADER = "X-POP-Lease"
+LEASE_PARAMETER = OpenApiParameter(
+    LEASE_HEADER,
+    location=OpenApiParameter.HEADER,
+    required=True,
+    description="The execution's lease token, from the pull.",
+)
+LEASE_REFUSED = OpenApiResponse(ErrorSerializer, "Missing or wrong lease token.")
+STALE = CONFLICT_RESPONSE
+
+
+class InsightPullView(PopAPIView):
+    @extend_schema(
+        operation_id="insights_pull",
+        tags=["pullers"],
+        request=PullRequestSerializer,
+        responses={200: PullResponseSerializer},
+        summary="Lease queued agendas of an insight (long-poll with wait_seconds).",
+    )
+    def post(self, request: Request, pk: str) -> Response:
+        insight = _visible_insight(request, pk)
+        payload = PullRequestSerializer(data=request.data)
+        payload.is_valid(raise_exception=True)
+        pulled = insight_pull(principal=request.user, insight=insight, **payload.validated_data)
+        return Response(PullResponseSerializer({"agendas": pulled}).data)
+
+
+class ExecutionReportView(PopAPIView):
+    @extend_schema(
+        operation_id="executions_report",
+        tags=["pullers"],
+        parameters=[LEASE_PARAMETER],
+        request=ReportSerializer,
+        responses={200: ReportAnswerSerializer, 403: LEASE_REFUSED, 409: STALE},
+        summary="Report progress or the outcome of an execution; renews its lease.",
+    )
+    def post(self, request: Request, pk: str) -> Response:
+        payload = ReportSerializer(data=request.data)
+        payload.is_valid(raise_exception=True)
+        answer = execution_report(
+            execution_id=pk,
+            lease_token=request.headers.get(LEASE_HEADER, ""),
+            **payload.validated_data,
+        )
+        return Response(ReportAnswerSerializer(answer).data)
+
+
+class ExecutionReportBatchView(PopAPIView):
+    @extend_schema(
+        operation_id="executions_report_batch",
+        tags=["pullers"],
+        request=BatchReportSerializer,
+        responses={200: BatchReportResponseSerializer},
+        summary="Up to 100 reports in one transaction, with a result per report.",
+    )
+    def post(self, request: Request) -> Response:
+        payload = BatchReportSerializer(data=request.data)
+        payload.is_valid(raise_exception=True)
+        results: dict[int, dict[str, Any]] = {}
+        valid: list[tuple[int, dict[str, Any]]] = []
+        for index, raw in enumerate(payload.validated_data["reports"]):
+            item = BatchReportItemSerializer(data=raw)
+            if item.is_valid():
+                valid.append((index, item.validated_data))
+            else:
+                results[index] = _invalid_item(raw, item.errors)
+        outcomes = execution_report_batch(reports=[data for _, data in valid])
+        for (index, _), outcome in zip(valid, outcomes, strict=True):
+            results[index] = _item_result(outcome)
+        ordered = [results[index] for index in range(len(results))]
+        return Response(BatchReportResponseSerializer({"results": ordered}).data)
+
+
+class ExecutionOperationsView(PopAPIView):
+    @extend_schema(
+        operation_id="executions_add_operations",
+        tags=["pullers"],
+        parameters=[LEASE_PARAMETER],
+        request=AddOperationsSerializer,
+        responses={201: AddOperationsResponseSerializer, 403: LEASE_REFUSED, 409: STALE},
+        summary="Append generated operations to the running agenda (POP updateAgenda).",
+    )
+    def post(self, request: Request, pk: str) -> Response:
+        payload = AddOperationsSerializer(data=request.data)
+        payload.is_valid(raise_exception=True)
+        operations = execution_add_operations(
+            execution_id=pk,
+            lease_token=request.headers.get(LEASE_HEADER, ""),
+            operations=payload.validated_data["operations"],
+        )
+        return Response(
+            AddOperationsResponseSerializer({"operations": operations}).data,
+            status=status.HTTP_201_CREATED,
+        )
+
+
+def _visible_insight(request: Request, pk: str) -> Insight:
+    insight = (
+        insight_list(principal=request.user).select_related("resource_pool").filter(pk=pk).first()
+    )
+    if insight is None:
+        raise Http404("No such insight.")
+    return insight
+
+
+def _invalid_item(raw: dict, errors: Any) -> dict[str, Any]:
+    return {
+        "execution": str(raw.get("execution")) if raw.get("execution") else None,
+        "ok": False,
+        "status": 400,
+        "detail": "invalid report",
+        "errors": flatten_errors(errors),
+    }
+
+
+def _item_result(outcome: BatchItemResult) -> dict[str, Any]:
+    result: dict[str, Any] = {
+        "execution": str(outcome.execution),
+        "ok": outcome.status == 200,
+        "status": outcome.status,
+    }
+    if outcome.answer is not None:
+        result.update(
+            abort=outcome.answer.abort,
+            pause=outcome.answer.pause,
+            lease_expires_at=outcome.answer.lease_expires_at,
+            state=outcome.answer.state,
+        )
+    else:
+        result["detail"] = outcome.detail
+        if outcome.errors:
+            result["errors"] = outcome.errors
+        if outcome.current_state:
+            result["current_state"] = outcome.current_state
+    return result
