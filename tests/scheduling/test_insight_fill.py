@@ -1,0 +1,140 @@
+"""insight_fill (DESIGN §5.1): room, caps, fairness state, positions, the try-lock."""
+
+import threading
+
+import pytest
+from django.db import connection, transaction
+
+from agendas.models import AgendaProgress
+from resourcepools.models import Insight
+from scheduling import services
+from scheduling.locks import insight_fill_try_lock
+from scheduling.models import InsightScheduleInfo, QueuedAgenda, ReadyAgenda
+from tests.factories import CustomerFactory
+from tests.scheduling.conftest import state_of
+
+pytestmark = pytest.mark.django_db
+
+
+def test_fill_moves_up_to_queue_size_in_priority_then_age_order(submitter, submit_agenda, insight):
+    insight.queue_size = 3
+    insight.save()
+    low = [submit_agenda(submitter, priority=2) for _ in range(2)]
+    high = [submit_agenda(submitter, priority=8) for _ in range(2)]
+
+    result = services.insight_fill(insight_id=insight.pk)
+
+    assert (result.moved, result.room, result.skipped) == (3, 3, False)
+    queued = list(QueuedAgenda.objects.order_by("position").values_list("agenda_id", "position"))
+    assert [agenda_id for agenda_id, _ in queued] == [high[0].pk, high[1].pk, low[0].pk]
+    assert [position for _, position in queued] == [1, 2, 3]
+    assert [state_of(agenda) for agenda in (*high, low[0])] == ["queued"] * 3
+    assert state_of(low[1]) == "ready"
+    assert list(ReadyAgenda.objects.values_list("agenda_id", flat=True)) == [low[1].pk]
+    info = InsightScheduleInfo.objects.get(insight=insight)
+    assert (info.next_position, info.last_fill_count) == (4, 3)
+
+
+def test_fill_of_a_full_queue_moves_nothing_and_positions_keep_counting(
+    submitter, submit_agenda, insight, fill, pull
+):
+    insight.queue_size = 2
+    insight.save()
+    agendas = [submit_agenda(submitter) for _ in range(4)]
+    fill(insight)
+
+    assert fill(insight).moved == 0
+    pull(insight, count=1)
+    fill(insight)
+
+    positions = dict(QueuedAgenda.objects.values_list("agenda_id", "position"))
+    assert positions == {agendas[1].pk: 2, agendas[2].pk: 3}
+
+
+def test_execution_limit_counts_executing_and_queued(submitter, submit_agenda, insight, fill, pull):
+    insight.queue_size = 10
+    insight.execution_limit = 3
+    insight.save()
+    for _ in range(6):
+        submit_agenda(submitter)
+
+    assert fill(insight).moved == 3
+    pull(insight, count=2)
+    assert fill(insight).moved == 0  # 2 executing + 1 queued = the limit
+    assert QueuedAgenda.objects.count() == 1
+
+
+def test_customer_at_max_executing_is_skipped_others_are_served(
+    submitter, other_submitter, submit_agenda, insight, customer, fill, pull
+):
+    customer.max_executing = 2
+    customer.save()
+    mine = [submit_agenda(submitter) for _ in range(4)]
+    theirs = [submit_agenda(other_submitter) for _ in range(4)]
+
+    fill(insight)
+    pull(insight, count=10)
+    fill(insight)
+
+    executing = set(
+        AgendaProgress.objects.filter(state__in=["executing", "queued"]).values_list(
+            "agenda_id", flat=True
+        )
+    )
+    assert len(executing & {agenda.pk for agenda in mine}) == 2
+    assert {agenda.pk for agenda in theirs} <= executing
+
+
+def test_round_robin_cursor_is_persisted_between_fills(
+    make_principal, submit_agenda, insight, pool
+):
+    customers = [CustomerFactory(slug=slug, resource_pool=pool) for slug in ("a", "b", "c")]
+    principals = [make_principal(customer) for customer in customers]
+    for principal in principals:
+        submit_agenda(principal)
+    insight.queue_size = 2
+    insight.save()
+
+    services.insight_fill(insight_id=insight.pk)
+    info = InsightScheduleInfo.objects.get(insight=insight)
+    ordered = sorted(customers, key=lambda customer: str(customer.pk))
+    queued_customers = list(
+        QueuedAgenda.objects.order_by("position").values_list("customer_id", flat=True)
+    )
+    assert queued_customers == [ordered[0].pk, ordered[1].pk]
+    assert info.pending_customer_ids == [str(ordered[2].pk)]
+
+
+def test_a_second_filler_skips_while_the_first_holds_the_lock(insight):
+    if connection.vendor != "postgresql":
+        pytest.skip("advisory locks are PostgreSQL's")
+    results = []
+
+    def rival():
+        try:
+            results.append(services.insight_fill(insight_id=insight.pk))
+        finally:
+            connection.close()
+
+    with transaction.atomic():
+        assert insight_fill_try_lock(insight.pk) is True
+        thread = threading.Thread(target=rival)
+        thread.start()
+        thread.join()
+
+    assert results[0].skipped is True
+    assert results[0].moved == 0
+
+
+def test_fill_of_every_insight_fills_those_with_room_and_work(
+    submitter, submit_agenda, insight, transcode_insight
+):
+    submit_agenda(submitter)
+    submit_agenda(submitter, operations=[{"name": "t", "type": "transcode"}])
+
+    assert services.insights_fill() == 2
+    assert set(QueuedAgenda.objects.values_list("insight_id", flat=True)) == {
+        insight.pk,
+        transcode_insight.pk,
+    }
+    assert Insight.objects.count() == 2

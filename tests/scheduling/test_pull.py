@@ -1,0 +1,238 @@
+"""Pull (DESIGN §5.3): leases, the response shape, who may pull, bad input, long-polling."""
+
+import threading
+import time
+from datetime import timedelta
+
+import pytest
+import time_machine
+from django.db import connection
+from django.test.utils import CaptureQueriesContext
+from django.utils import timezone
+
+from agendas.models import Execution
+from agendas.services import agenda_abort, agenda_pause
+from resourcepools.models import Membership
+from scheduling import services
+from scheduling.models import QueuedAgenda
+from tests.scheduling.conftest import state_of
+
+pytestmark = pytest.mark.django_db
+Role = Membership.Role
+
+
+def _pull_url(insight) -> str:
+    return f"/api/v1/insights/{insight.pk}/pull/"
+
+
+def test_pull_leases_queued_agendas_in_queue_order_with_documented_shape(
+    submitter, submit_agenda, insight, fill, worker, api_client_for
+):
+    first, second = submit_agenda(submitter, link_id="L"), submit_agenda(submitter)
+    fill(insight)
+
+    with time_machine.travel(timezone.now(), tick=False):
+        response = api_client_for(worker).post(
+            _pull_url(insight), {"count": 5, "worker": "pod-1"}, format="json"
+        )
+        now = timezone.now()
+
+    assert response.status_code == 200
+    items = response.json()["agendas"]
+    assert [item["agenda"]["id"] for item in items] == [str(first.pk), str(second.pk)]
+    item = items[0]
+    assert item["agenda"]["link_id"] == "L"
+    assert item["agenda"]["operations"] == first.operations
+    assert item["progress"]["state"] == "executing"
+    assert item["progress"]["attempts_completed"] == 0
+    assert [op["name"] for op in item["progress"]["operations"]] == ["probe", "report"]
+    assert set(item["progress"]["operations"][0]) >= {
+        "name",
+        "state",
+        "percent_complete",
+        "result",
+        "params",
+        "diagnostics",
+    }
+    execution = Execution.objects.get(agenda=first)
+    assert item["execution"] == {
+        "id": str(execution.pk),
+        "lease_token": str(execution.lease_token),
+        "lease_expires_at": (now + timedelta(seconds=insight.lease_seconds))
+        .isoformat()
+        .replace("+00:00", "Z"),
+        "number": 1,
+    }
+    assert (execution.worker, execution.outcome) == ("pod-1", None)
+    assert state_of(first) == "executing"
+    assert QueuedAgenda.objects.count() == 0
+
+
+def test_two_pulls_never_return_the_same_agenda(submitter, submit_agenda, insight, fill, pull):
+    for _ in range(5):
+        submit_agenda(submitter)
+    fill(insight)
+
+    first = {item.agenda.pk for item in pull(insight, count=3)}
+    second = {item.agenda.pk for item in pull(insight, count=3)}
+
+    assert len(first) == 3
+    assert len(second) == 2
+    assert first.isdisjoint(second)
+
+
+def test_pull_never_returns_paused_or_aborted_agendas(
+    submitter, submit_agenda, insight, fill, pull
+):
+    paused, aborted, kept = (submit_agenda(submitter) for _ in range(3))
+    fill(insight)
+    agenda_pause(principal=submitter.user, agenda=paused)
+    agenda_abort(principal=submitter.user, agenda=aborted)
+
+    assert [item.agenda.pk for item in pull(insight)] == [kept.pk]
+
+
+def test_pull_claims_with_skip_locked_before_any_write(
+    submitter, submit_agenda, insight, fill, pull
+):
+    if connection.vendor != "postgresql":
+        pytest.skip("FOR UPDATE SKIP LOCKED is PostgreSQL's")
+    submit_agenda(submitter)
+    fill(insight)
+
+    with CaptureQueriesContext(connection) as captured:
+        pull(insight)
+
+    statements = [query["sql"] for query in captured.captured_queries]
+    claim = next(i for i, sql in enumerate(statements) if "FOR UPDATE SKIP LOCKED" in sql)
+    first_write = next(
+        i for i, sql in enumerate(statements) if sql.startswith(("UPDATE", "DELETE", "INSERT"))
+    )
+    assert claim < first_write
+    assert 'FROM "scheduling_queuedagenda"' in statements[claim]
+
+
+@pytest.mark.parametrize("count", [0, 101, "many"])
+def test_bad_count_is_400_and_changes_nothing(
+    count, submitter, submit_agenda, insight, fill, worker, api_client_for
+):
+    agenda = submit_agenda(submitter)
+    fill(insight)
+
+    response = api_client_for(worker).post(_pull_url(insight), {"count": count}, format="json")
+
+    assert response.status_code == 400
+    assert "count" in response.json()
+    assert state_of(agenda) == "queued"
+    assert Execution.objects.count() == 0
+
+
+def test_wait_seconds_above_20_is_400(insight, worker, api_client_for):
+    response = api_client_for(worker).post(_pull_url(insight), {"wait_seconds": 21}, format="json")
+
+    assert response.status_code == 400
+    assert "wait_seconds" in response.json()
+
+
+@pytest.mark.parametrize("role", [Role.SUBMITTER, Role.VIEWER])
+def test_pull_by_a_customer_member_who_is_not_a_worker_of_the_owner_is_403(
+    role,
+    make_principal,
+    customer,
+    pool_owner,
+    submitter,
+    submit_agenda,
+    insight,
+    fill,
+    api_client_for,
+):
+    agenda = submit_agenda(submitter)
+    fill(insight)
+    callers = (
+        make_principal(customer, role, username=f"member-{role}"),
+        make_principal(pool_owner, role, username=f"owner-{role}"),
+    )
+    for principal in callers:
+        response = api_client_for(principal).post(_pull_url(insight), {}, format="json")
+        assert response.status_code == 403
+    assert state_of(agenda) == "queued"
+    assert Execution.objects.count() == 0
+
+
+def test_pull_by_the_owners_admin_or_staff_is_allowed(
+    make_principal, pool_owner, staff_user, insight, api_client_for
+):
+    for caller in (make_principal(pool_owner, Role.ADMIN), staff_user):
+        response = api_client_for(caller).post(_pull_url(insight), {}, format="json")
+        assert (response.status_code, response.json()) == (200, {"agendas": []})
+
+
+def test_pull_of_an_invisible_insight_is_404(make_principal, api_client_for, insight):
+    from tests.factories import CustomerFactory, InsightFactory, ResourcePoolFactory
+
+    other_pool = ResourcePoolFactory(owner=CustomerFactory(slug="elsewhere"))
+    hidden = InsightFactory(resource_pool=other_pool, is_global=False)
+    outsider = make_principal(CustomerFactory(slug="outsider"), Role.WORKER)
+
+    response = api_client_for(outsider).post(_pull_url(hidden), {}, format="json")
+
+    assert response.status_code == 404
+
+
+def test_execution_number_counts_executions_not_attempts(
+    submitter, submit_agenda, insight, fill, pull, report
+):
+    from agendas.services import agenda_rerun
+
+    agenda = submit_agenda(submitter)
+    fill(insight)
+    [first] = pull(insight)
+    report(first, state="succeeded")
+    agenda_rerun(principal=submitter.user, agenda=agenda)  # attempts_completed back to 0
+    fill(insight)
+
+    [second] = pull(insight)
+
+    assert (first.execution.number, second.execution.number) == (1, 2)
+    assert second.progress.attempts_completed == 0
+
+
+def test_long_poll_returns_empty_after_the_wait(insight, worker):
+    started = time.monotonic()
+
+    pulled = services.insight_pull(principal=worker.user, insight=insight, wait_seconds=0.3)
+
+    assert pulled == []
+    assert 0.3 <= time.monotonic() - started < 2
+
+
+@pytest.mark.django_db(transaction=True)
+def test_long_poll_returns_work_that_arrives_and_holds_no_connection_while_waiting(
+    submitter, submit_agenda, insight, worker, monkeypatch
+):
+    connected_while_sleeping = []
+    real_sleep = time.sleep
+
+    def watching_sleep(seconds):
+        connected_while_sleeping.append(connection.connection is not None)
+        real_sleep(seconds)
+
+    monkeypatch.setattr(services.time, "sleep", watching_sleep)
+
+    def producer():
+        real_sleep(0.4)
+        try:
+            submit_agenda(submitter)
+            services.insight_fill(insight_id=insight.pk)
+        finally:
+            connection.close()
+
+    thread = threading.Thread(target=producer)
+    thread.start()
+    started = time.monotonic()
+    pulled = services.insight_pull(principal=worker.user, insight=insight, wait_seconds=10)
+    thread.join()
+
+    assert len(pulled) == 1
+    assert time.monotonic() - started < 3
+    assert connected_while_sleeping and not any(connected_while_sleeping)
