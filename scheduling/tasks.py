@@ -1,0 +1,99 @@
+"""django-q2 entry points (DESIGN §7). Each takes ids or nothing, calls one service, and is safe
+to run twice at once. How the sub-minute periods run: see scheduling/schedules.py."""
+
+import logging
+import time
+
+from django.conf import settings
+from django.db import close_old_connections
+from django.utils.module_loading import import_string
+from django_q.models import Schedule as QSchedule
+from django_q.tasks import async_task
+
+from scheduling import services
+from scheduling.schedules import TICKER_FUNC, TICKER_NAME, ticked
+
+logger = logging.getLogger("pop.scheduling")
+
+
+def insight_fill(insight_id: str) -> int:
+    """Fill one insight's queue (the on-commit nudge of DESIGN §5.2)."""
+    return services.insight_fill(insight_id=insight_id).moved
+
+
+def fill() -> int:
+    """Fill every insight with room and ready work."""
+    return services.insights_fill()
+
+
+def promote() -> int:
+    """Pending agendas whose run_after passed → ready."""
+    return services.agendas_promote()
+
+
+def reclaim() -> int:
+    """Executions whose lease expired → retry policy (or aborted)."""
+    return services.executions_reclaim()
+
+
+def time_out() -> int:
+    """Executions past their insight's max_execution_seconds → timed_out failure."""
+    return services.executions_time_out()
+
+
+def reap() -> int:
+    """Terminal agendas past their customer's TTL → deleted."""
+    return services.agendas_reap()
+
+
+def ticker_generation() -> str:
+    """Identity of the current ticker chain: the ticker schedule's next run, as the scheduler
+    last set it when it spawned a ticker ("" when the schedule is not registered)."""
+    next_run = QSchedule.objects.filter(name=TICKER_NAME).values_list("next_run", flat=True).first()
+    return next_run.isoformat() if next_run else ""
+
+
+def ticker(generation: str | None = None, due: dict[str, float] | None = None) -> str:
+    """Run the sub-minute processes at their periods for one link of a self-renewing chain.
+
+    A ticker started by the scheduler (or `pop_schedules`) opens a chain named after the
+    schedule's current `next_run`; each link runs for POP_TICKER_LINK_SECONDS, then enqueues
+    the next link with the processes' next due times. When the scheduler spawns the next
+    ticker a minute later, `next_run` moves on and the old chain stops at its next check, so
+    one chain runs at a time and a dead chain is replaced within a minute or so. Short links
+    keep a cluster's shutdown quick (workers finish their task before the cluster exits).
+    """
+    current = ticker_generation()
+    if generation is None:
+        generation = current
+    elif generation != current:
+        return "superseded"
+    link_seconds = float(getattr(settings, "POP_TICKER_LINK_SECONDS", 10.0))
+    entries = ticked()
+    due = dict(due or {})
+    ends = time.time() + link_seconds
+    while True:
+        close_old_connections()
+        now = time.time()
+        for entry in entries:
+            if now >= due.get(entry.name, 0.0):
+                due[entry.name] = now + entry.period
+                _run(entry.name, entry.func, entry.run)
+        if time.time() >= ends:
+            break
+        wake = min([*(due.get(entry.name, 0.0) for entry in entries), ends])
+        time.sleep(max(0.0, min(wake - time.time(), ends - time.time())))
+        if ticker_generation() != generation:
+            return "superseded"
+    async_task(TICKER_FUNC, generation, due, group=TICKER_NAME)
+    return "renewed"
+
+
+def _run(name: str, func: str, mode: str) -> None:
+    try:
+        if mode == "enqueue":
+            async_task(func, group=name, save=False)
+        else:
+            import_string(func)()
+    except Exception:  # the ticker's outermost loop: one failing process must not stop the rest
+        logger.exception("timed process %s failed", name)
