@@ -571,11 +571,19 @@ class DagRunner:
             op.message = SUCCEEDED
             op.result = value
             self._context[name + OUTPUT_SUFFIX] = value
-        elif kind == "cancelled":
-            op.state = self._stop_outcome or ABORTED
-            op.message = self._stop_message or str(value)
+        elif kind == "cancelled" and self._stop_outcome is not None:
+            op.state = self._stop_outcome
+            op.message = self._stop_message
             if op.state == FAILED:
                 op.diagnostics = [*op.diagnostics, diagnostic(op.message, code="interrupted")]
+        elif kind == "cancelled":  # the handler gave up by itself: that is a failure
+            entry = diagnostic(f"Operation {name} cancelled itself: {value}", code="cancelled")
+            op.state = FAILED
+            op.message = entry["message"]
+            op.diagnostics = [*op.diagnostics, entry]
+            self._diagnostics.append(entry)
+            if self._failure_message is None:
+                self._failure_message = entry["message"]
         else:
             op.state = FAILED
             op.message = value["message"]

@@ -127,12 +127,11 @@ class AgendaRun:
         self.done = False
         self.dropped = False
         self.in_flight = False
+        progress = item.get("progress")
         self.runner = DagRunner(
             self.agenda,
             registry=worker.registry,
-            prior_progress=item.get("progress")
-            if isinstance(item.get("progress"), Mapping)
-            else None,
+            prior_progress=progress if isinstance(progress, Mapping) else None,
             max_parallel=worker.parallel,
             on_change=self._changed,
             on_add_operations=self._add_operations,

@@ -4,7 +4,7 @@ import threading
 import time
 
 from popclient.dag import DEADLOCK_MESSAGE, DagRunner
-from popclient.handlers import HandlerError, HandlerRegistry, default_registry
+from popclient.handlers import Cancelled, HandlerError, HandlerRegistry, default_registry
 
 
 def op(name, type_="echo", payload=None, **extra):
@@ -483,3 +483,17 @@ def test_duplicate_names_fail_the_agenda():
 
     assert result.state == "failed"
     assert "unique" in result.message
+
+
+def test_a_handler_that_cancels_itself_fails_the_agenda():
+    def quitter(payload, ctx):
+        raise Cancelled("gave up")
+
+    registry = default_registry()
+    registry.register("quitter", quitter)
+
+    result = run([op("q", "quitter"), op("after", depends_on=["q"])], registry=registry)
+
+    assert result.state == "failed"
+    assert result.operations["q"].state == "failed"
+    assert result.message == "Operation q cancelled itself: gave up"
