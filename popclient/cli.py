@@ -322,11 +322,10 @@ def build_parser() -> argparse.ArgumentParser:
         run.add_argument(
             "--payload", type=_json_argument, default={}, help="JSON, @file or - (stdin)"
         )
-        run.add_argument("--link-id")
-        run.add_argument("--priority", type=int, choices=range(10), metavar="0-9")
-        run.add_argument("--external-id")
         if name == "run":
-            run.add_argument("--idempotency-key")
+            run.add_argument("--link-id")
+            run.add_argument("--priority", type=int, choices=range(10), metavar="0-9")
+            run.add_argument("--external-id")
             run.add_argument("--wait", action="store_true")
         run.set_defaults(handler=cmd_templates_run, preview=name == "preview")
 
@@ -347,6 +346,7 @@ def build_parser() -> argparse.ArgumentParser:
     create.add_argument("--start-at")
     create.add_argument("--end-at")
     create.add_argument("--customer")
+    create.add_argument("--link-id", help="link id of the agendas it creates")
     create.set_defaults(handler=cmd_schedules_create)
     for name, help_text in (
         ("pause", "pause a schedule"),
@@ -750,20 +750,26 @@ def cmd_templates_show(ctx: Context) -> int:
 def cmd_templates_run(ctx: Context) -> int:
     args = ctx.args
     fields = {
-        key: getattr(args, key)
+        key: getattr(args, key, None)
         for key in ("link_id", "priority", "external_id")
-        if getattr(args, key) is not None
+        if getattr(args, key, None) is not None
     }
     client = ctx.client()
     if args.preview:
-        agenda = client.preview_template(args.id, args.payload, **fields)
+        preview = client.preview_template(args.id, args.payload)
+        errors = preview.get("errors") if isinstance(preview, dict) else None
         if ctx.out.as_json:
-            ctx.out.json(agenda)
+            ctx.out.json(preview)
         else:
-            ctx.out.line(json.dumps(agenda, indent=2))
+            body = preview.get("agenda", preview) if isinstance(preview, dict) else preview
+            ctx.out.line(json.dumps(body, indent=2))
+        if errors:
+            ctx.out.error("the expanded agenda would be rejected:")
+            for field, messages in errors.items():
+                for text in messages if isinstance(messages, list) else [messages]:
+                    ctx.out.error(f"  {field}: {_cell(text)}")
+            return EXIT_VALIDATION
         return EXIT_OK
-    if args.idempotency_key:
-        fields["idempotency_key"] = args.idempotency_key
     agenda = client.run_template(args.id, args.payload, **fields)
     return _after_submit(ctx, agenda, wait=args.wait)
 
@@ -795,6 +801,7 @@ def cmd_schedules_create(ctx: Context) -> int:
         start_at=args.start_at,
         end_at=args.end_at,
         customer=args.customer,
+        link_id=args.link_id,
     )
     if ctx.out.as_json:
         ctx.out.json(schedule)

@@ -60,9 +60,16 @@ def now_iso() -> str:
     return datetime.now(UTC).isoformat().replace("+00:00", "Z")
 
 
+MAX_MESSAGE = 4000
+
+
+def clip(text: str, limit: int = MAX_MESSAGE) -> str:
+    return text if len(text) <= limit else text[: limit - 1] + "…"
+
+
 def diagnostic(message: str, *, code: str = "error", detail: Any = None) -> dict[str, Any]:
     """One diagnostics entry as DESIGN §2 shapes them: ``{time, message, code, detail}``."""
-    return {"time": now_iso(), "message": message, "code": code, "detail": detail}
+    return {"time": now_iso(), "message": clip(message), "code": code[:100], "detail": detail}
 
 
 def parse_depends_on(operation: Mapping[str, Any]) -> list[str]:
@@ -113,7 +120,7 @@ class OperationState:
             "name": self.name,
             "state": self.state,
             "percent_complete": round(self.percent_complete, 2),
-            "message": self.message,
+            "message": clip(self.message),
         }
         if self.state == SUCCEEDED:
             item["result"] = self.result

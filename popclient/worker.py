@@ -9,8 +9,8 @@ thread:
   once on every operation state change, and progress-only changes within
   ``progress_interval`` seconds;
 - ``abort``/``pause`` flags in an answer abort or pause that agenda's runner;
-- a 409 (or 404) answer means the execution is no longer ours: the runner is cancelled and
-  nothing more is reported for it;
+- a 409 (or 404, or 403 for a refused lease) answer means the execution is no longer ours:
+  the runner is cancelled and nothing more is reported for it;
 - the final report carries ``state: succeeded|failed|aborted|paused``.
 
 With ``batch > 1`` pulls ask for up to ``batch`` agendas and reports go through the batch
@@ -488,6 +488,8 @@ class Worker:
                 error = Conflict(message, status_code=409, body=item)
             elif status == 404:
                 error = NotFound(message, status_code=404, body=item)
+            elif status == 403:
+                error = Forbidden(message, status_code=403, body=item)
             elif status == 400:
                 error = ValidationFailed(message, errors=item.get("errors") or {}, status_code=400)
             else:
@@ -515,7 +517,7 @@ class Worker:
                 pause = bool(answer.get("pause"))
                 if report.final:
                     self._finish(run, report.body.get("state", "?"))
-            elif isinstance(error, Conflict | NotFound):
+            elif isinstance(error, Conflict | NotFound | Forbidden):
                 log.warning(
                     "agenda %s: execution %s is no longer ours (%s); dropping it",
                     run.agenda_id,

@@ -376,14 +376,30 @@ def test_templates_run_with_payload_from_file(tmp_path):
     assert server.body() == {"link_id": "L", "payload": {"source": "in.mp4"}}
 
 
-def test_templates_preview_and_bad_payload():
-    server = Server({("POST", "/agenda-templates/t1/preview/"): (200, {"operations": []})})
+def test_templates_preview_prints_the_expanded_agenda():
+    expanded = {"operations": [{"name": "a", "type": "log", "payload": {"v": True}}]}
+    server = Server(
+        {("POST", "/agenda-templates/t1/preview/"): (200, {"agenda": expanded, "errors": {}})}
+    )
 
     code, out, _ = pop(server, "templates", "preview", "t1", "--payload", '{"v": true}')
-    assert code == 0 and json.loads(out) == {"operations": []}
-    assert server.body() == {"payload": {"v": True}}
 
+    assert code == 0
+    assert json.loads(out) == expanded
+    assert server.body() == {"payload": {"v": True}}
     assert pop(server, "templates", "preview", "t1", "--payload", "{not json")[0] == 2
+
+
+def test_templates_preview_with_errors_exits_5():
+    errors = {"operations.0.type": ["This field is required."]}
+    answer = {"agenda": {"operations": [{"name": "a"}]}, "errors": errors}
+    server = Server({("POST", "/agenda-templates/t1/preview/"): (200, answer)})
+
+    code, out, err = pop(server, "templates", "preview", "t1", "--json")
+
+    assert code == 5
+    assert json.loads(out) == answer
+    assert "operations.0.type: This field is required." in err
 
 
 def test_templates_list_and_show():
@@ -419,7 +435,7 @@ def test_schedules_create_and_actions():
 
     code, out, _ = pop(
         server, "schedules", "create", "--name", "nightly", "--template", "t1",
-        "--cron", "*/5 * * * *", "--payload", '{"a": 1}', "--overlap", "skip",
+        "--cron", "*/5 * * * *", "--payload", '{"a": 1}', "--overlap", "skip", "--link-id", "L",
     )  # fmt: skip
     assert code == 0 and "Created schedule s1" in out
     assert server.body() == {
@@ -428,6 +444,7 @@ def test_schedules_create_and_actions():
         "cron": "*/5 * * * *",
         "payload": {"a": 1},
         "overlap": "skip",
+        "link_id": "L",
     }
     assert "pause accepted (state paused)" in pop(server, "schedules", "pause", "s1")[1]
     assert "triggered: agenda a7" in pop(server, "schedules", "trigger", "s1")[1]
