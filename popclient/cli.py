@@ -951,6 +951,8 @@ def main(
     logging.basicConfig(
         level=level, stream=stderr, format="%(asctime)s %(levelname)s %(name)s: %(message)s"
     )
+    if args.verbose < 2:  # one INFO line per HTTP request drowns the worker's own log
+        logging.getLogger("httpx").setLevel(logging.WARNING)
     ctx = Context(args, out, client_factory)
     try:
         return args.handler(ctx)

@@ -56,7 +56,7 @@ def _error_message(body: Any, default: str) -> str:
     if isinstance(body, list) and body:
         return "; ".join(str(item) for item in body)
     if isinstance(body, str) and body.strip():
-        return body.strip()[:500]
+        return body.strip().splitlines()[0][:200]  # e.g. the title of an HTML error page
     return default
 
 
