@@ -528,6 +528,8 @@ def execution_end(
     now: datetime,
     message: str = "",
     diagnostics: list[dict] | None = None,
+    progress_fields: Iterable[str] = (),
+    execution_fields: Iterable[str] = (),
 ) -> str:
     """End the locked current `execution` with `outcome` and move its agenda on; return its state.
 
@@ -535,15 +537,17 @@ def execution_end(
     to `aborted` or `paused` when the user asked for that meanwhile, else to `pending` with a
     jittered backoff while attempts remain (straight to `ready` when the delay is zero), else
     to `failed`. Finished operations keep their state and results: a retry resumes from them.
+    `progress_fields`/`execution_fields` name attributes the caller already changed, saved in
+    the same UPDATEs.
     """
     execution.outcome = outcome
     execution.ended_at = now
-    fields = ["outcome", "ended_at", "updated_at"]
+    fields = ["outcome", "ended_at", "updated_at", *execution_fields]
     if diagnostics:
         execution.diagnostics = [*execution.diagnostics, *diagnostics]
         fields.append("diagnostics")
-    execution.save(update_fields=fields)
-    extra = []
+    execution.save(update_fields=sorted(set(fields)))
+    extra = list(progress_fields)
     if outcome in COUNTED_OUTCOMES:
         progress.attempts_completed += 1
         extra.append("attempts_completed")

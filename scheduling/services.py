@@ -504,6 +504,8 @@ def _operations_by_name(
     progress: AgendaProgress, items: list[dict]
 ) -> tuple[dict[str, OperationProgress], list[dict]]:
     """The agenda's operations keyed by name, and the items with names resolved; 400 if unknown."""
+    if not items:
+        return {}, []
     operations = {
         operation.name: operation
         for operation in OperationProgress.objects.filter(agenda_progress=progress)
@@ -555,12 +557,12 @@ def _execution_report(
     if entries:
         progress.diagnostics = [*progress.diagnostics, *entries]
         fields.add("diagnostics")
-    if fields:
-        progress.save(update_fields=sorted({*fields, "updated_at"}))
     execution.last_report_at = now
-    execution.lease_expires_at = now + timedelta(seconds=progress.agenda.insight.lease_seconds)
-    execution.save(update_fields=["last_report_at", "lease_expires_at", "updated_at"])
     if state is None:
+        if fields:
+            progress.save(update_fields=sorted({*fields, "updated_at"}))
+        execution.lease_expires_at = now + timedelta(seconds=progress.agenda.insight.lease_seconds)
+        execution.save(update_fields=["last_report_at", "lease_expires_at", "updated_at"])
         metrics.REPORTS.labels("progress").inc()
         return ReportAnswer(
             abort=progress.abort_requested,
@@ -570,7 +572,15 @@ def _execution_report(
         )
     outcome = REPORT_OUTCOMES[state]
     reason = message or _last_message(entries) or f"worker reported {state}"
-    states.execution_end(progress, execution, outcome, now=now, message=reason)
+    states.execution_end(
+        progress,
+        execution,
+        outcome,
+        now=now,
+        message=reason,
+        progress_fields=fields,
+        execution_fields=["last_report_at"],
+    )
     metrics.REPORTS.labels(state).inc()
     metrics.OUTCOMES.labels(outcome).inc()
     return ReportAnswer(abort=False, pause=False, lease_expires_at=None, state=progress.state)
