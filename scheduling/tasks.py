@@ -5,7 +5,7 @@ import logging
 import time
 
 from django.conf import settings
-from django.db import close_old_connections
+from django.db import close_old_connections, connection
 from django.utils.module_loading import import_string
 from django_q.models import Schedule as QSchedule
 from django_q.tasks import async_task
@@ -73,7 +73,8 @@ def ticker(generation: str | None = None, due: dict[str, float] | None = None) -
     due = dict(due or {})
     ends = time.time() + link_seconds
     while True:
-        close_old_connections()
+        if not connection.in_atomic_block:
+            close_old_connections()  # honour CONN_MAX_AGE and drop broken connections
         now = time.time()
         for entry in entries:
             if now >= due.get(entry.name, 0.0):

@@ -47,6 +47,12 @@ STALE = CONFLICT_RESPONSE
 
 
 class InsightPullView(PopAPIView):
+    """Lease up to `count` queued agendas, with the progress a retry resumes from.
+
+    With `wait_seconds` the call waits for work up to that long and answers an empty list
+    when none came. Two pullers never receive the same agenda.
+    """
+
     @extend_schema(
         operation_id="insights_pull",
         tags=["pullers"],
@@ -63,6 +69,12 @@ class InsightPullView(PopAPIView):
 
 
 class ExecutionReportView(PopAPIView):
+    """Sparse progress and operation upserts; `state` ends the execution.
+
+    Every report renews the lease. The answer's `abort`/`pause` tell the worker to stop. A
+    report for an execution that is no longer current is 409 and changes nothing.
+    """
+
     @extend_schema(
         operation_id="executions_report",
         tags=["pullers"],
@@ -83,6 +95,11 @@ class ExecutionReportView(PopAPIView):
 
 
 class ExecutionReportBatchView(PopAPIView):
+    """Up to 100 reports (`execution` + `lease_token` + report fields) in one transaction.
+
+    Each report is applied on its own: one report's 400/403/404/409 never fails the others.
+    """
+
     @extend_schema(
         operation_id="executions_report_batch",
         tags=["pullers"],
@@ -109,6 +126,8 @@ class ExecutionReportBatchView(PopAPIView):
 
 
 class ExecutionOperationsView(PopAPIView):
+    """Append operations generated while running; they can then be reported like the others."""
+
     @extend_schema(
         operation_id="executions_add_operations",
         tags=["pullers"],
