@@ -104,7 +104,7 @@ def clone_ready_agendas(source: Agenda, copies: int) -> None:
         Agenda,
         {
             "id": "c.agenda_id",
-            "idempotency_key": "NULL",
+            "idempotency_key": "''",
             "created_at": f"s.created_at + {step}",
             "updated_at": f"s.updated_at + {step}",
         },

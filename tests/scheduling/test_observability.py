@@ -1,0 +1,80 @@
+"""GET /metrics, /healthz, /readyz (DESIGN §7)."""
+
+from datetime import timedelta
+
+import pytest
+from django.utils import timezone
+from django_q.models import Task
+from prometheus_client.parser import text_string_to_metric_families
+
+from scheduling.schedules import TICKER_FUNC
+
+pytestmark = pytest.mark.django_db
+
+
+def _samples(text: str) -> dict[tuple, float]:
+    return {
+        (sample.name, tuple(sorted(sample.labels.items()))): sample.value
+        for family in text_string_to_metric_families(text)
+        for sample in family.samples
+    }
+
+
+def test_metrics_report_queue_levels_per_insight_and_customer(
+    client, submitter, submit_agenda, insight, fill, pull, report
+):
+    for _ in range(3):
+        submit_agenda(submitter)
+    insight.queue_size = 2
+    insight.save()
+    fill(insight)
+    [pulled] = pull(insight, count=1)
+    report(pulled)
+
+    response = client.get("/metrics")
+
+    assert response.status_code == 200
+    assert response["Content-Type"].startswith("text/plain")
+    samples = _samples(response.content.decode())
+    labels = (("customer", "acme"), ("insight", "mediainfo"))
+    assert samples[("pop_ready_agendas", labels)] == 1
+    assert samples[("pop_queued_agendas", labels)] == 1
+    assert samples[("pop_executing_agendas", labels)] == 1
+    assert samples[("pop_queue_size", (("insight", "mediainfo"),))] == 2
+    assert samples[("pop_oldest_ready_age_seconds", (("insight", "mediainfo"),))] >= 0
+    assert samples[("pop_pulled_agendas_total", (("insight", "mediainfo"),))] >= 1
+    assert ("pop_reports_total", (("result", "progress"),)) in samples
+    names = {name for name, _ in samples}
+    assert {"pop_pull_latency_seconds_bucket", "pop_fills_total"} <= names
+
+
+def test_metrics_can_require_a_token(client, settings):
+    settings.POP_METRICS_TOKEN = "s3cret"
+
+    assert client.get("/metrics").status_code == 401
+    assert client.get("/metrics", HTTP_AUTHORIZATION="Bearer s3cret").status_code == 200
+
+
+def test_healthz_is_ok(client):
+    response = client.get("/healthz")
+
+    assert (response.status_code, response.json()) == (200, {"status": "ok"})
+
+
+def test_readyz_needs_a_recent_ticker(client):
+    stale = client.get("/readyz")
+    now = timezone.now()
+    Task.objects.create(
+        id="t1",
+        name="ticker",
+        func=TICKER_FUNC,
+        started=now - timedelta(seconds=11),
+        stopped=now - timedelta(seconds=1),
+        success=True,
+    )
+    ready = client.get("/readyz")
+
+    assert stale.status_code == 503
+    assert stale.json()["checks"]["database"] == "ok"
+    assert ready.status_code == 200
+    assert ready.json() == {"status": "ok", "checks": {"database": "ok", "scheduler": "ok"}}
