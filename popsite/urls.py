@@ -15,4 +15,5 @@ urlpatterns = [
     path("accounts/", include("django.contrib.auth.urls")),
     path("api/v1/", include(api_patterns)),
     path("", include("scheduling.observability")),  # /metrics, /healthz, /readyz
+    path("", include("popsite.pages_urls")),
 ]
