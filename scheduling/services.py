@@ -100,18 +100,26 @@ def insight_fill(*, insight_id: object, now: datetime | None = None) -> FillResu
         )
         # What each customer may take now: the room, less for one near its max_executing cap.
         takes = {pk: max(0, min(room, allowance.get(pk, room))) for pk in customer_ids}
-        # First read about room/customers rows each; re-read only customers the picker emptied.
+        # Read about room/customers rows each, then, while the picker empties some customers'
+        # rows and room remains, re-read only those with twice the limit: the rows read stay
+        # within a small multiple of customers + room, however long any backlog is.
         share = math.ceil(room / len(customer_ids)) + 1
         candidates = _Candidates(by_customer={pk: [] for pk in customer_ids})
         _read_candidates(insight.pk, candidates, {pk: min(share, k) for pk, k in takes.items()})
         weights = {str(pk): customers[pk][0] for pk in customer_ids if pk in customers}
-        picks, state = _pick(insight, info, candidates, room, weights)
-        if len(picks) < room:
+        while True:
+            picks, state = _pick(insight, info, candidates, room, weights)
+            if len(picks) >= room:
+                break
             emptied = candidates.exhausted(_count_by_customer(picks))
-            more = {pk: takes[pk] for pk in emptied if takes[pk] > candidates.limits[pk]}
-            if more:
-                _read_candidates(insight.pk, candidates, more)
-                picks, state = _pick(insight, info, candidates, room, weights)
+            more = {
+                pk: min(takes[pk], candidates.limits[pk] * 2)
+                for pk in emptied
+                if takes[pk] > candidates.limits[pk]
+            }
+            if not more:
+                break
+            _read_candidates(insight.pk, candidates, more)
         moved = states.progress_queue_many(
             insight_id=insight.pk,
             entries=[(pick.agenda_id, pick.customer_id) for pick in picks],
