@@ -4,6 +4,7 @@ import threading
 
 import pytest
 from django.db import connection, transaction
+from django.db.models import Count
 
 from agendas.models import AgendaProgress
 from resourcepools.models import Insight
@@ -138,3 +139,21 @@ def test_fill_of_every_insight_fills_those_with_room_and_work(
         transcode_insight.pk,
     }
     assert Insight.objects.count() == 2
+
+
+def test_fill_reads_more_of_a_customer_the_picker_emptied_until_the_room_is_met(
+    submitter, other_submitter, make_principal, submit_agenda, insight, pool, fill
+):
+    third = make_principal(CustomerFactory(slug="third", resource_pool=pool))
+    insight.queue_size = 10
+    insight.save()
+    for _ in range(12):
+        submit_agenda(submitter)
+    submit_agenda(other_submitter)
+    submit_agenda(third)
+
+    assert fill(insight).moved == 10  # 1 + 1 + 8: the first read took only 5 of the flood's
+    counts = dict(
+        QueuedAgenda.objects.values_list("customer__slug").annotate(n=Count("pk")).order_by()
+    )
+    assert counts == {"acme": 8, "globex": 1, "third": 1}
