@@ -100,17 +100,19 @@ def insight_fill(*, insight_id: object, now: datetime | None = None) -> FillResu
         )
         # What each customer may take now: the room, less for one near its max_executing cap.
         takes = {pk: max(0, min(room, allowance.get(pk, room))) for pk in customer_ids}
-        # Read about room/customers rows each, then, while the picker empties some customers'
-        # rows and room remains, re-read only those with twice the limit: the rows read stay
-        # within a small multiple of customers + room, however long any backlog is.
+        # Read about room/customers rows each. While the picker takes every row read of some
+        # customer that has more, its choice may be wrong (fifo: that customer's next row may
+        # be older than a pick; weighted: it may deserve more): re-read just those customers
+        # with twice the limit and pick again. Rows read stay within a small multiple of
+        # customers + room, however long any backlog is.
         share = math.ceil(room / len(customer_ids)) + 1
         candidates = _Candidates(by_customer={pk: [] for pk in customer_ids})
         _read_candidates(insight.pk, candidates, {pk: min(share, k) for pk, k in takes.items()})
         weights = {str(pk): customers[pk][0] for pk in customer_ids if pk in customers}
         while True:
             picks, state = _pick(insight, info, candidates, room, weights)
-            if len(picks) >= room:
-                break
+            if len(picks) >= room and insight.scheduling_algorithm == Insight.Algorithm.ROUND_ROBIN:
+                break  # one per customer per round: nobody can be short-changed at full room
             emptied = candidates.exhausted(_count_by_customer(picks))
             more = {
                 pk: min(takes[pk], candidates.limits[pk] * 2)
