@@ -157,3 +157,41 @@ def test_fill_reads_more_of_a_customer_the_picker_emptied_until_the_room_is_met(
         QueuedAgenda.objects.values_list("customer__slug").annotate(n=Count("pk")).order_by()
     )
     assert counts == {"acme": 8, "globex": 1, "third": 1}
+
+
+def test_weighted_fair_fill_shares_the_room_by_weight_and_keeps_the_deficits(
+    submitter, other_submitter, submit_agenda, insight, customer, fill
+):
+    customer.weight = 3
+    customer.save()
+    insight.scheduling_algorithm = Insight.Algorithm.WEIGHTED_FAIR
+    insight.queue_size = 8
+    insight.save()
+    for _ in range(10):
+        submit_agenda(submitter)
+        submit_agenda(other_submitter)
+
+    assert fill(insight).moved == 8
+
+    counts = dict(
+        QueuedAgenda.objects.values_list("customer__slug").annotate(n=Count("pk")).order_by()
+    )
+    assert counts == {"acme": 6, "globex": 2}
+    assert isinstance(InsightScheduleInfo.objects.get(insight=insight).deficits, dict)
+
+
+def test_fifo_fill_takes_the_oldest_even_past_the_first_rows_read(
+    submitter, other_submitter, submit_agenda, insight, fill
+):
+    insight.scheduling_algorithm = Insight.Algorithm.FIFO
+    insight.queue_size = 6
+    insight.save()
+    older = [submit_agenda(submitter) for _ in range(6)]
+    for _ in range(6):
+        submit_agenda(other_submitter)
+
+    assert fill(insight).moved == 6
+
+    assert set(QueuedAgenda.objects.values_list("agenda_id", flat=True)) == {
+        agenda.pk for agenda in older
+    }
