@@ -172,11 +172,21 @@ POP_RETRY_DELAY_CAP_SECONDS = env.int("POP_RETRY_DELAY_CAP_SECONDS", default=600
 POP_REAP_BATCH_SIZE = env.int("POP_REAP_BATCH_SIZE", default=1000)
 # Nudge a fill through django-q2 (async) or run it in the request's on_commit hook (sync).
 POP_FILL_NUDGE = env.str("POP_FILL_NUDGE", default="async")
+# At most one fill nudge per insight and process within this many seconds.
+POP_FILL_NUDGE_MIN_INTERVAL = env.float("POP_FILL_NUDGE_MIN_INTERVAL", default=0.2)
+# Sub-minute processes run in a ticker task of links this long (scheduling/schedules.py).
+POP_TICKER_LINK_SECONDS = env.float("POP_TICKER_LINK_SECONDS", default=10.0)
+# First pause between long-poll checks of a pull; doubles up to 0.5 s.
+POP_PULL_POLL_SECONDS = env.float("POP_PULL_POLL_SECONDS", default=0.05)
+# When set, GET /metrics wants `Authorization: Bearer <token>`.
+POP_METRICS_TOKEN = env.str("POP_METRICS_TOKEN", default="")
 
 Q_CLUSTER = {
     "name": "pop",
     "orm": "default",
-    "workers": env.int("POP_Q_WORKERS", default=2),
+    # One worker is always busy with the ticker (scheduling/schedules.py); keep others free
+    # for fill nudges and the minute-level processes.
+    "workers": env.int("POP_Q_WORKERS", default=4),
     "timeout": 300,
     "retry": 360,
     "max_attempts": 1,
