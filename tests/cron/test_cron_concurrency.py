@@ -1,0 +1,68 @@
+"""Real PostgreSQL, real threads: two clusters' cron passes fire a due schedule exactly once."""
+
+import threading
+from datetime import timedelta
+
+import pytest
+from django.db import connection
+from django.test.utils import CaptureQueriesContext
+
+from agendas.models import Agenda
+from scheduling.cron_services import CronRun, schedules_run_due
+
+pytestmark = [
+    pytest.mark.django_db(transaction=True),
+    pytest.mark.skipif(
+        connection.vendor != "postgresql", reason="concurrency is proven on PostgreSQL"
+    ),
+]
+SCHEDULES = 30
+PASSES = 4
+
+
+def test_concurrent_cron_passes_fire_every_due_schedule_exactly_once(make_schedule):
+    schedules = [
+        make_schedule(name=f"every minute {n}", cron="* * * * *") for n in range(SCHEDULES)
+    ]
+    due_at = max(schedule.next_run_at for schedule in schedules) + timedelta(seconds=1)
+    start = threading.Barrier(PASSES)
+    results: list[CronRun] = []
+    errors: list[BaseException] = []
+
+    def run() -> None:
+        try:
+            start.wait()
+            results.append(schedules_run_due(now=due_at))
+        except BaseException as error:  # surfaced by the test, not swallowed
+            errors.append(error)
+        finally:
+            connection.close()
+
+    threads = [threading.Thread(target=run) for _ in range(PASSES)]
+    for thread in threads:
+        thread.start()
+    for thread in threads:
+        thread.join(timeout=60)
+
+    assert errors == []
+    assert sum(result.fired for result in results) == SCHEDULES
+    assert sum(result.failed for result in results) == 0
+    per_schedule = {schedule.pk: 0 for schedule in schedules}
+    for schedule_id in Agenda.objects.values_list("schedule_id", flat=True):
+        per_schedule[schedule_id] += 1
+    assert set(per_schedule.values()) == {1}
+    # A later pass at the same moment finds nothing left to do.
+    assert schedules_run_due(now=due_at) == CronRun()
+
+
+def test_the_due_schedule_is_locked_with_skip_locked_before_it_is_moved_on(make_schedule):
+    schedule = make_schedule(cron="* * * * *")
+
+    with CaptureQueriesContext(connection) as queries:
+        schedules_run_due(now=schedule.next_run_at + timedelta(seconds=1))
+
+    sql = [query["sql"] for query in queries.captured_queries]
+    lock = next(i for i, text in enumerate(sql) if "FOR UPDATE SKIP LOCKED" in text)
+    move = next(i for i, text in enumerate(sql) if text.startswith('UPDATE "scheduling_schedule"'))
+    assert '"scheduling_schedule"' in sql[lock]
+    assert lock < move
