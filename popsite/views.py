@@ -7,6 +7,7 @@ so the templates stay free of arithmetic.
 
 import json
 from dataclasses import dataclass
+from datetime import datetime
 from typing import Any
 from urllib.parse import urlencode
 
@@ -19,6 +20,7 @@ from django.db.models import Count, QuerySet
 from django.http import Http404, HttpRequest, HttpResponse
 from django.shortcuts import redirect, render
 from django.urls import reverse
+from django.utils import timezone
 from django.views.decorators.http import require_POST
 
 from agendas.models import Agenda, AgendaProgress, AgendaTemplate, OperationProgress
@@ -115,9 +117,9 @@ class ShareBar:
     is_other: bool
 
 
-SHARE_ROW = 26
-SHARE_LABEL = 150
-SHARE_BAR_MAX = 250
+SHARE_ROW = 24
+SHARE_LABEL = 96
+SHARE_BAR_MAX = 190
 
 
 def share_chart(shares: list[CustomerShare]) -> dict:
@@ -139,9 +141,11 @@ def share_chart(shares: list[CustomerShare]) -> dict:
         "bars": bars,
         "total": total,
         "height": max(SHARE_ROW, len(bars) * SHARE_ROW),
+        "width": SHARE_LABEL + 8 + SHARE_BAR_MAX + 62,
         "label_width": SHARE_LABEL,
         "bar_x": SHARE_LABEL + 8,
-        "text_x_pad": 6,
+        "bar_max": SHARE_BAR_MAX,
+        "text_x": SHARE_LABEL + 8 + SHARE_BAR_MAX + 6,
     }
 
 
@@ -652,7 +656,8 @@ def template_detail(request: HttpRequest, template_id: object) -> HttpResponse:
 
 @login_required
 def pools(request: HttpRequest) -> HttpResponse:
-    details = pools_overview(principal=request.user)
+    now = timezone.now()
+    details = pools_overview(principal=request.user, now=now)
     rows = [
         {
             "pool": detail.pool,
@@ -661,13 +666,22 @@ def pools(request: HttpRequest) -> HttpResponse:
                     "detail": insight,
                     "oldest_ready": duration_text(insight.queue.oldest_ready_age_seconds),
                     "mappers": pretty_json(insight.insight.mappers or {}),
+                    "workers": [
+                        {
+                            "worker": worker,
+                            "ago": duration_text((now - worker.last_seen_at).total_seconds()),
+                        }
+                        for worker in insight.workers
+                    ],
                 }
                 for insight in detail.insights
             ],
         }
         for detail in details
     ]
-    return render(request, "pages/pools.html", {"nav": "pools", "pools": rows})
+    context = {"nav": "pools", "pools": rows, "now": now, "refresh_url": _refresh_url(request)}
+    template = "pages/pools_live.html" if _is_partial(request) else "pages/pools.html"
+    return render(request, template, context)
 
 
 # --- schedules ---------------------------------------------------------------------------------
@@ -683,6 +697,13 @@ def _schedule_actions(principal: Any, schedule: Schedule) -> dict[str, bool]:
     }
 
 
+def _until(moment: datetime | None) -> str:
+    if moment is None:
+        return ""
+    seconds = (moment - timezone.now()).total_seconds()
+    return f"in {duration_text(seconds)}" if seconds >= 0 else f"{duration_text(-seconds)} late"
+
+
 @login_required
 def schedules(request: HttpRequest) -> HttpResponse:
     rows = list(
@@ -696,7 +717,12 @@ def schedules(request: HttpRequest) -> HttpResponse:
         {
             "nav": "schedules",
             "schedules": [
-                {"row": row, "actions": _schedule_actions(request.user, row)} for row in rows
+                {
+                    "row": row,
+                    "actions": _schedule_actions(request.user, row),
+                    "next_in": _until(row.next_run_at),
+                }
+                for row in rows
             ],
         },
     )
@@ -710,6 +736,7 @@ def schedule_detail(request: HttpRequest, schedule_id: object) -> HttpResponse:
         "nav": "schedules",
         "schedule": schedule,
         "actions": _schedule_actions(request.user, schedule),
+        "next_in": _until(schedule.next_run_at),
         "payload": pretty_json(schedule.payload),
         "runs": runs[:SCHEDULE_RUNS_SHOWN],
         "run_count": runs.count(),

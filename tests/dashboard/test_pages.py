@@ -95,6 +95,7 @@ def page_urls(world, template, schedule) -> list[str]:
         "/templates/",
         f"/templates/{template.pk}/",
         "/pools/",
+        "/pools/?partial=1",
         "/schedules/",
         f"/schedules/{schedule.pk}/",
         "/progress/",
