@@ -62,8 +62,12 @@ RECURRING: tuple[Recurring, ...] = (
     Recurring("pop-reclaim", "scheduling.tasks.reclaim", "POP_RECLAIM_INTERVAL", 15.0),
     Recurring("pop-time-out", "scheduling.tasks.time_out", "POP_TIMEOUT_INTERVAL", 60.0),
     Recurring("pop-reap", "scheduling.tasks.reap", "POP_REAP_INTERVAL", 3600.0),
-    # Callbacks (POP_CALLBACK_INTERVAL), cron (POP_CRON_INTERVAL) and alerts
-    # (POP_ALERT_INTERVAL) are declared here too, by the features that add them.
+    # HTTP and mail may be slow: those run as their own tasks, never in the ticker's loop.
+    Recurring(
+        "pop-callbacks", "scheduling.tasks.callbacks", "POP_CALLBACK_INTERVAL", 2.0, "enqueue"
+    ),
+    Recurring("pop-cron", "scheduling.tasks.cron", "POP_CRON_INTERVAL", 10.0),
+    Recurring("pop-alerts", "scheduling.tasks.alerts", "POP_ALERT_INTERVAL", 30.0, "enqueue"),
 )
 
 

@@ -11,6 +11,9 @@ from django_q.models import Schedule as QSchedule
 from django_q.tasks import async_task
 
 from scheduling import services
+from scheduling.alerts import alerts_evaluate
+from scheduling.callbacks import callbacks_deliver
+from scheduling.cron_services import schedules_run_due
 from scheduling.schedules import TICKER_FUNC, TICKER_NAME, ticked
 
 logger = logging.getLogger("pop.scheduling")
@@ -44,6 +47,22 @@ def time_out() -> int:
 def reap() -> int:
     """Terminal agendas past their customer's TTL → deleted."""
     return services.agendas_reap()
+
+
+def callbacks() -> int:
+    """Deliver due customer callbacks from the outbox; returns the attempts made."""
+    run = callbacks_deliver()
+    return run.delivered + run.retried + run.failed
+
+
+def cron() -> int:
+    """Fire due cron schedules and expire ended ones; returns the agendas created."""
+    return schedules_run_due().fired
+
+
+def alerts() -> int:
+    """Evaluate alert rules, open/resolve alerts and notify; returns the rules evaluated."""
+    return alerts_evaluate().evaluated
 
 
 def ticker_generation() -> str:
