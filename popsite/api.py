@@ -3,6 +3,7 @@
 import io
 import uuid
 from collections.abc import Callable
+from datetime import UTC
 from typing import Any
 
 import django_filters
@@ -11,8 +12,11 @@ from django.core.exceptions import PermissionDenied as DjangoPermissionDenied
 from django.core.exceptions import RequestDataTooBig
 from django.core.exceptions import ValidationError as DjangoValidationError
 from django.db.models import Model, ProtectedError, QuerySet
-from django.http import Http404
+from django.http import Http404, HttpRequest, JsonResponse
+from django.views.decorators.csrf import csrf_exempt
+from django_filters.fields import IsoDateTimeField
 from drf_spectacular.openapi import AutoSchema
+from drf_spectacular.plumbing import is_serializer
 from drf_spectacular.types import OpenApiTypes
 from drf_spectacular.utils import OpenApiResponse, extend_schema_field
 from rest_framework import exceptions, serializers, status, views, viewsets
@@ -78,6 +82,9 @@ def exception_handler(exc: Exception, context: dict) -> Response | None:
         exc = PayloadTooLarge()
     elif isinstance(exc, Http404):
         exc = exceptions.NotFound()
+    elif isinstance(exc, exceptions.ParseError):
+        # Every 400 has one shape, `{field: [messages]}`; an unreadable body has no field.
+        exc = exceptions.ValidationError({"non_field_errors": [str(exc.detail)]})
     if isinstance(exc, exceptions.ValidationError):
         exc.detail = flatten_errors(exc.detail)
     return drf_exception_handler(exc, context)
@@ -155,7 +162,7 @@ class PopAutoSchema(AutoSchema):
 
     def _declares_query_parameters(self) -> bool:
         return any(
-            getattr(parameter, "location", None) == "query"
+            getattr(parameter, "location", None) == "query" or is_serializer(parameter)
             for parameter in self.get_override_parameters()
         )
 
@@ -207,6 +214,18 @@ class JSONObjectField(JSONValueField):
         if not isinstance(value, dict):
             self.fail("not_an_object")
         return value
+
+
+@extend_schema_field(
+    {"anyOf": [{"type": "string", "format": "uri"}, {"type": "string", "maxLength": 0}]}
+)
+class OptionalURLField(serializers.URLField):
+    """A URL, or "" for none (the models store blank, not null)."""
+
+    def __init__(self, **kwargs: Any) -> None:
+        kwargs.setdefault("allow_blank", True)
+        kwargs.setdefault("max_length", 1000)
+        super().__init__(**kwargs)
 
 
 @extend_schema_field(OpenApiTypes.STR)
@@ -269,6 +288,16 @@ class PopAPIView(PopViewMixin, views.APIView):
     """Base for API views that are not model viewsets (summaries, token exchange)."""
 
 
+@csrf_exempt  # nothing to protect, and a CSRF refusal would be an HTML page
+def api_not_found(request: HttpRequest, path: str = "") -> JsonResponse:
+    """An /api/v1/ URL that names nothing: the same JSON 404 as a missing object.
+
+    Without it an id the routes do not accept (`0..0`, an empty segment) would get Django's
+    HTML page, which API clients cannot read.
+    """
+    return JsonResponse({"detail": "Not found."}, status=404)
+
+
 class CustomerScopedViewSet(PopViewMixin, viewsets.GenericViewSet):
     """Base for customer-facing viewsets: rows come only from a principal-scoped selector.
 
@@ -299,15 +328,34 @@ class CustomerScopedViewSet(PopViewMixin, viewsets.GenericViewSet):
 # --- filters -------------------------------------------------------------------------------
 
 
+class UTCIsoDateTimeField(IsoDateTimeField):
+    """An ISO 8601 time, handed to the database in UTC.
+
+    PostgreSQL refuses offsets beyond ±15:59 that Python accepts (`+19:32`), and shifting a
+    time near year 1 or 9999 can leave datetime's range: both are input errors, not 500s.
+    """
+
+    def to_python(self, value: Any) -> Any:
+        try:
+            parsed = super().to_python(value)
+            return parsed.astimezone(UTC) if parsed is not None else None
+        except OverflowError as error:
+            raise DjangoValidationError("Date and time out of range.", code="invalid") from error
+
+
+class UTCIsoDateTimeFilter(django_filters.IsoDateTimeFilter):
+    field_class = UTCIsoDateTimeField
+
+
 class OwnedRowFilter(django_filters.FilterSet):
     """The filters every customer-owned row offers (DESIGN §8)."""
 
     link_id = django_filters.CharFilter(help_text="Exact client-chosen grouping key.")
     cid = django_filters.CharFilter(help_text="Exact correlation id (X-POP-CID of the request).")
-    created_after = django_filters.IsoDateTimeFilter(
+    created_after = UTCIsoDateTimeFilter(
         field_name="created_at", lookup_expr="gte", help_text="Created at or after (ISO 8601)."
     )
-    created_before = django_filters.IsoDateTimeFilter(
+    created_before = UTCIsoDateTimeFilter(
         field_name="created_at", lookup_expr="lt", help_text="Created before (ISO 8601)."
     )
 

@@ -1,6 +1,6 @@
 """Routes of the customer-facing REST API (DESIGN §8); puller routes are scheduling's."""
 
-from django.urls import include, path
+from django.urls import include, path, re_path
 from rest_framework.routers import DefaultRouter
 
 from agendas.api.views import (
@@ -10,6 +10,7 @@ from agendas.api.views import (
     OperationProgressViewSet,
     ProgressSummaryView,
 )
+from popsite.api import api_not_found
 from resourcepools.api.views import (
     AuthTokenView,
     CustomerViewSet,
@@ -49,4 +50,7 @@ urlpatterns = [
     path("auth/token/", AuthTokenView.as_view(), name="auth-token"),
     path("progress-summary/", ProgressSummaryView.as_view(), name="progress-summary"),
     path("", include(router.urls)),
+    # Last: any other /api/v1/…/ URL is a JSON 404 (the schema and docs pages, routed after
+    # this module in popsite/urls.py, are left alone; no-slash URLs still get APPEND_SLASH).
+    re_path(r"^(?!(?:schema|docs|redoc)/)(?P<path>[\s\S]*/)\Z", api_not_found),
 ]

@@ -6,8 +6,14 @@ that needs generics (viewsets, drf-spectacular's AutoSchema).
 """
 
 from rest_framework.pagination import LimitOffsetPagination
+from rest_framework.request import Request
 
 
 class Pagination(LimitOffsetPagination):
     default_limit = 100
     max_limit = 1000
+    #: PostgreSQL's OFFSET is a bigint; a larger `?offset=` would be a database error (500).
+    max_offset = 2**62
+
+    def get_offset(self, request: Request) -> int:
+        return min(super().get_offset(request), self.max_offset)

@@ -19,6 +19,7 @@ from agendas.services import template_expand, template_is_usable_by, template_ru
 from agendas.states import InvalidTransition
 from resourcepools.models import Customer, Membership
 from resourcepools.selectors import Principal, require_role
+from resourcepools.services import acting_customer
 from scheduling.models import Schedule
 
 Role = Membership.Role
@@ -78,12 +79,13 @@ def _save(schedule: Schedule, update_fields: list[str] | None) -> None:
 def schedule_create(
     *,
     principal: Principal | None,
-    customer: Customer,
     template: AgendaTemplate,
+    customer: Customer | None = None,
     cid: str = "",
     **fields: Any,
 ) -> Schedule:
-    """Create an active schedule of `customer` (its admin) and plan its first run."""
+    """Create an active schedule (default: of the customer the caller administers)."""
+    customer = acting_customer(principal=principal, customer=customer, role=Role.ADMIN)
     require_role(principal, customer.pk, Role.ADMIN)
     schedule = Schedule(customer=customer, template=template, cid=cid, **fields)
     _check(schedule)

@@ -12,7 +12,7 @@ from rest_framework import serializers
 from agendas.models import Agenda, AgendaProgress, AgendaTemplate, Execution, OperationProgress
 from agendas.services import RerunMode
 from agendas.states import processing_state
-from popsite.api import JSONObjectField, JSONValueField, ScopedRelatedField
+from popsite.api import JSONObjectField, JSONValueField, OptionalURLField, ScopedRelatedField
 from resourcepools.models import Customer, Membership
 from resourcepools.selectors import customer_list, has_role
 
@@ -87,9 +87,7 @@ class AgendaSubmitSerializer(serializers.Serializer):
         max_value=86_400,
         help_text="Backoff base; doubles per attempt, capped at 600 s. Default 10.",
     )
-    callback_url = serializers.URLField(
-        max_length=1000, required=False, allow_blank=True, help_text="Overrides the customer's."
-    )
+    callback_url = OptionalURLField(required=False, help_text="Overrides the customer's.")
     run_after = serializers.DateTimeField(
         required=False, allow_null=True, help_text="Not eligible before this time."
     )
@@ -151,7 +149,7 @@ class TemplateRunSerializer(serializers.Serializer):
     priority = serializers.IntegerField(required=False, min_value=0, max_value=9)
     max_attempts = serializers.IntegerField(required=False, min_value=1, max_value=20)
     retry_delay_seconds = serializers.IntegerField(required=False, min_value=0, max_value=86_400)
-    callback_url = serializers.URLField(max_length=1000, required=False, allow_blank=True)
+    callback_url = OptionalURLField(required=False)
     run_after = serializers.DateTimeField(required=False)
     do_not_run = serializers.BooleanField(required=False)
     default_insight = serializers.CharField(max_length=200, required=False)
@@ -240,6 +238,7 @@ class AgendaSerializer(serializers.ModelSerializer):
     processing_state = serializers.SerializerMethodField()
     processing_state_message = serializers.CharField(source="progress.message", read_only=True)
     percent_complete = serializers.FloatField(source="progress.percent_complete", read_only=True)
+    callback_url = OptionalURLField(read_only=True)
     progress = AgendaProgressSerializer(read_only=True)
 
     class Meta:

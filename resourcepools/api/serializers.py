@@ -6,7 +6,7 @@ from django.contrib.auth.validators import UnicodeUsernameValidator
 from drf_spectacular.utils import extend_schema_field
 from rest_framework import serializers
 
-from popsite.api import JSONValueField, ScopedRelatedField
+from popsite.api import JSONValueField, OptionalURLField, ScopedRelatedField
 from resourcepools.models import Customer, Insight, Membership, ResourcePool
 from resourcepools.selectors import customer_list, has_role, resource_pool_list
 
@@ -29,6 +29,7 @@ class CustomerSerializer(serializers.ModelSerializer):
         allow_null=True,
         help_text="Id or name of the pool whose insights this customer's agendas use.",
     )
+    callback_url = OptionalURLField(required=False, help_text="Where agenda events are POSTed.")
     callback_secret = serializers.CharField(
         write_only=True,
         required=False,

@@ -2,7 +2,7 @@
 
 import django_filters
 
-from popsite.api import OwnedRowFilter, customer_filter
+from popsite.api import OwnedRowFilter, UTCIsoDateTimeFilter, customer_filter
 from resourcepools.models import Insight
 from scheduling.models import Alert, CallbackDelivery, Schedule
 
@@ -29,10 +29,10 @@ class CallbackDeliveryFilter(django_filters.FilterSet):
         choices=CallbackDelivery.Status.choices, help_text="Only deliveries in this status."
     )
     event = django_filters.CharFilter(help_text="Exact event (the agenda state it announces).")
-    created_after = django_filters.IsoDateTimeFilter(
+    created_after = UTCIsoDateTimeFilter(
         field_name="created_at", lookup_expr="gte", help_text="Created at or after (ISO 8601)."
     )
-    created_before = django_filters.IsoDateTimeFilter(
+    created_before = UTCIsoDateTimeFilter(
         field_name="created_at", lookup_expr="lt", help_text="Created before (ISO 8601)."
     )
 
@@ -57,7 +57,7 @@ class AlertFilter(django_filters.FilterSet):
     state = django_filters.ChoiceFilter(choices=Alert.State.choices, help_text="open or resolved.")
     rule = django_filters.UUIDFilter(field_name="rule_id", help_text="Alert rule id.")
     insight = django_filters.UUIDFilter(field_name="rule__insight_id", help_text="Insight id.")
-    opened_after = django_filters.IsoDateTimeFilter(
+    opened_after = UTCIsoDateTimeFilter(
         field_name="opened_at", lookup_expr="gte", help_text="Opened at or after (ISO 8601)."
     )
 
