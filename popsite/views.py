@@ -204,7 +204,25 @@ NODE_HEIGHT = 52
 GAP_X = 56
 GAP_Y = 16
 PAD = 12
-LABEL_CHARS = 22
+LABEL_CHARS = 20
+LANE_GAP = 10
+
+
+def _crosses_a_node(
+    positions: dict[str, tuple[int, int]],
+    depth: dict[str, int],
+    source: str,
+    target: str,
+    start_y: float,
+    end_y: float,
+) -> bool:
+    """Whether a direct curve from `source` to `target` would pass behind another node."""
+    low, high = min(start_y, end_y) - 4, max(start_y, end_y) + 4
+    between = range(depth[source] + 1, depth[target])
+    return any(
+        depth[name] in between and y < high and y + NODE_HEIGHT > low
+        for name, (_, y) in positions.items()
+    )
 
 
 def _ancestors(parents: dict[str, list[str]]) -> dict[str, set[str]]:
@@ -291,24 +309,32 @@ def dag_layout(rows: list[OperationProgress], operations: Any) -> dict | None:
             )
         )
     states = {row.name: row.state for row in rows}
+    content_bottom = PAD + tallest * row_step - GAP_Y
     edges = []
+    lanes = 0
     for name, deps in reduced.items():
         x2, y2 = positions[name]
         for parent in deps:
             x1, y1 = positions[parent]
             start_x, start_y = x1 + NODE_WIDTH, y1 + NODE_HEIGHT // 2
             end_x, end_y = x2 - 4, y2 + NODE_HEIGHT // 2
-            middle = (start_x + end_x) / 2
-            edges.append(
-                DagEdge(
-                    path=(
-                        f"M{start_x} {start_y} C{middle} {start_y} {middle} {end_y} {end_x} {end_y}"
-                    ),
-                    state=states[parent],
+            if _crosses_a_node(positions, depth, parent, name, start_y, end_y):
+                # Skip over the columns in between along a lane under the graph, so the line
+                # never runs behind a node it does not belong to.
+                lane = content_bottom + LANE_GAP * (lanes + 1)
+                lanes += 1
+                quarter = GAP_X / 4
+                path = (
+                    f"M{start_x} {start_y} C{start_x + quarter} {start_y} {start_x + quarter} "
+                    f"{lane} {start_x + 2 * quarter} {lane} L{end_x - 2 * quarter} {lane} "
+                    f"C{end_x - quarter} {lane} {end_x - quarter} {end_y} {end_x} {end_y}"
                 )
-            )
+            else:
+                middle = (start_x + end_x) / 2
+                path = f"M{start_x} {start_y} C{middle} {start_y} {middle} {end_y} {end_x} {end_y}"
+            edges.append(DagEdge(path=path, state=states[parent]))
     width = PAD * 2 + (max(depth.values()) + 1) * (NODE_WIDTH + GAP_X) - GAP_X
-    height = PAD * 2 + tallest * row_step - GAP_Y
+    height = content_bottom + PAD + LANE_GAP * lanes
     return {
         "nodes": nodes,
         "edges": edges,
