@@ -57,7 +57,9 @@ def test_pop_schedules_queues_a_ticker_to_start_at_once():
 def test_sub_minute_periods_run_in_the_ticker(settings):
     settings.POP_RECLAIM_INTERVAL = 60.0
 
-    assert [entry.name for entry in ticked()] == ["pop-fill", "pop-promote"]
+    names = [entry.name for entry in ticked()]
+    assert {"pop-fill", "pop-promote"} <= set(names)
+    assert {"pop-reclaim", "pop-time-out", "pop-reap"}.isdisjoint(names)
 
 
 def test_a_ticker_link_runs_due_processes_and_queues_the_next_link(
@@ -73,7 +75,7 @@ def test_a_ticker_link_runs_due_processes_and_queues_the_next_link(
     assert tasks.ticker() == "renewed"
 
     assert (state_of(agenda), state_of(later)) == ("queued", "queued")
-    [link] = [task.task for task in OrmQ.objects.all()]
+    [link] = [task.task for task in OrmQ.objects.all() if task.task["func"] == TICKER_FUNC]
     generation = QSchedule.objects.get(name=TICKER_NAME).next_run.isoformat()
     assert link["func"] == TICKER_FUNC
     assert link["args"][0] == generation
@@ -85,7 +87,7 @@ def test_a_ticker_of_an_older_generation_stops(settings):
     call_command("pop_schedules", "--no-start-ticker", stdout=open("/dev/null", "w"))
 
     assert tasks.ticker(generation="2001-01-01T00:00:00+00:00") == "superseded"
-    assert OrmQ.objects.count() == 0
+    assert OrmQ.objects.count() == 0  # ran nothing, queued nothing
 
 
 def test_a_failing_process_does_not_stop_the_ticker(settings, monkeypatch, caplog):
