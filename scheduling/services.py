@@ -81,7 +81,9 @@ def insight_fill(*, insight_id: object, now: datetime | None = None) -> FillResu
     with transaction.atomic():
         if not insight_fill_try_lock(insight_id):
             return FillResult(insight_id=insight_id, skipped=True)
-        insight = Insight.objects.get(pk=insight_id)
+        insight = Insight.objects.filter(pk=insight_id).first()
+        if insight is None:
+            return FillResult(insight_id=insight_id)  # deleted since the nudge
         info, _ = InsightScheduleInfo.objects.select_for_update().get_or_create(insight=insight)
         room = _fill_room(insight)
         if room <= 0:
@@ -148,15 +150,19 @@ def insight_fill(*, insight_id: object, now: datetime | None = None) -> FillResu
     return FillResult(insight_id=insight_id, moved=len(moved), room=room)
 
 
-def insights_fill(*, now: datetime | None = None) -> int:
-    """Fill every insight that has room and ready work (the periodic fill); return agendas moved."""
-    due = (
+def insights_to_fill() -> list[object]:
+    """Ids of the insights whose queue has room and that have ready work (the periodic fill)."""
+    return list(
         Insight.objects.annotate(queued=Count("queued_agendas"))
         .filter(queued__lt=F("queue_size"))
         .filter(Exists(ReadyAgenda.objects.filter(insight_id=OuterRef("pk"))))
         .values_list("pk", flat=True)
     )
-    return sum(insight_fill(insight_id=insight_id, now=now).moved for insight_id in list(due))
+
+
+def insights_fill(*, now: datetime | None = None) -> int:
+    """Fill every insight that has room and ready work; return the agendas moved."""
+    return sum(insight_fill(insight_id=pk, now=now).moved for pk in insights_to_fill())
 
 
 def _fill_room(insight: Insight) -> int:

@@ -25,8 +25,14 @@ def insight_fill(insight_id: str) -> int:
 
 
 def fill() -> int:
-    """Fill every insight with room and ready work."""
-    return services.insights_fill()
+    """Fill every insight with room and ready work; one insight's error spares the others."""
+    moved = 0
+    for insight_id in services.insights_to_fill():
+        try:
+            moved += services.insight_fill(insight_id=insight_id).moved
+        except Exception:  # this task's outermost loop: log, go on with the next insight
+            logger.exception("fill of insight %s failed", insight_id)
+    return moved
 
 
 def promote() -> int:

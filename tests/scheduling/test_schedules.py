@@ -8,7 +8,7 @@ from django.utils import timezone
 from django_q.models import OrmQ
 from django_q.models import Schedule as QSchedule
 
-from scheduling import tasks
+from scheduling import services, tasks
 from scheduling.schedules import RECURRING, TICKER_FUNC, TICKER_NAME, ticked
 from tests.scheduling.conftest import state_of
 
@@ -104,3 +104,21 @@ def test_a_failing_process_does_not_stop_the_ticker(settings, monkeypatch, caplo
 
     assert ran
     assert "timed process pop-fill failed" in caplog.text
+
+
+def test_the_periodic_fill_goes_on_past_an_insight_that_fails(
+    submitter, submit_agenda, insight, transcode_insight, monkeypatch, caplog
+):
+    submit_agenda(submitter)
+    submit_agenda(submitter, operations=[{"name": "t", "type": "transcode"}])
+    real_fill = services.insight_fill
+
+    def fill_or_fail(*, insight_id, now=None):
+        if insight_id == insight.pk:
+            raise RuntimeError("broken insight")
+        return real_fill(insight_id=insight_id, now=now)
+
+    monkeypatch.setattr(services, "insight_fill", fill_or_fail)
+
+    assert tasks.fill() == 1
+    assert f"fill of insight {insight.pk} failed" in caplog.text
