@@ -119,7 +119,7 @@ def registry() -> CollectorRegistry:
         scrape = CollectorRegistry()
         MultiProcessCollector(scrape)
     else:
-        scrape = CollectorRegistry(auto_describe=True)
+        scrape = CollectorRegistry()
         scrape.register(_ProcessEvents())
     scrape.register(DatabaseCollector())
     return scrape
