@@ -533,10 +533,11 @@ def execution_end(
 ) -> str:
     """End the locked current `execution` with `outcome` and move its agenda on; return its state.
 
-    succeeded/aborted/paused go straight there. A failure (failed, reclaimed, timed_out) goes
-    to `aborted` or `paused` when the user asked for that meanwhile, else to `pending` with a
-    jittered backoff while attempts remain (straight to `ready` when the delay is zero), else
-    to `failed`. Finished operations keep their state and results: a retry resumes from them.
+    succeeded goes straight there; an abort asked meanwhile turns any other outcome into
+    `aborted`; paused goes to `paused`. A failure (failed, reclaimed, timed_out) goes to
+    `paused` when a pause was asked, else to `pending` with a jittered backoff while attempts
+    remain (straight to `ready` when the delay is zero), else to `failed`. Finished
+    operations keep their state and results: a retry resumes from them.
     `progress_fields`/`execution_fields` name attributes the caller already changed, saved in
     the same UPDATEs.
     """
@@ -564,7 +565,7 @@ def execution_end(
             extra_fields=[*extra, "percent_complete"],
         )
         return progress.state
-    if outcome == Outcome.ABORTED or (outcome != Outcome.PAUSED and progress.abort_requested):
+    if outcome == Outcome.ABORTED or progress.abort_requested:
         transition(progress, S.ABORTED, message=message or "aborted", now=now, extra_fields=extra)
         operations_abort_unfinished(progress)
         return progress.state

@@ -218,3 +218,13 @@ def test_reap_deletes_old_terminal_agendas_only(
     assert Execution.objects.filter(agenda_id=done.pk).exists() is False
     assert CallbackDelivery.objects.filter(agenda_id=done.pk).exists() is False
     assert OperationProgress.objects.filter(agenda_progress__agenda_id=done.pk).exists() is False
+
+
+def test_an_abort_asked_while_the_worker_pauses_ends_aborted(submitter, run_one, insight, report):
+    pulled = run_one(submitter, insight)
+    agenda_pause(principal=submitter.user, agenda=pulled.agenda)
+    agenda_abort(principal=submitter.user, agenda=pulled.agenda)
+
+    assert report(pulled, state="paused").state == "aborted"
+    progress = AgendaProgress.objects.get(agenda=pulled.agenda)
+    assert (progress.abort_requested, progress.pause_requested) == (False, False)
