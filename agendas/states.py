@@ -609,13 +609,11 @@ def operations_apply_report(
         fields = []
         if item.get("state") is not None:
             fields += operation_set_state(operation, item["state"], now=now)
-        for name in ("percent_complete", "message", "result", "params"):
+        # A worker reports an operation's whole diagnostics list, so it replaces the stored one.
+        for name in ("percent_complete", "message", "result", "params", "diagnostics"):
             if name in item and getattr(operation, name) != item[name]:
                 setattr(operation, name, item[name])
                 fields.append(name)
-        if item.get("diagnostics"):
-            operation.diagnostics = [*operation.diagnostics, *item["diagnostics"]]
-            fields.append("diagnostics")
         if fields:
             operation.save(update_fields=sorted({*fields, "updated_at"}))
             changed.append(operation)
