@@ -1,0 +1,101 @@
+"""The reference puller (popclient worker) against the live server's puller API.
+
+Fills come from the on-commit nudge run in-process (POP_FILL_NUDGE=sync), so no cluster is
+needed here. Every agenda succeeds; one whose second operation fails once is retried at the
+point of failure: its first operation's handler runs only once and its result is reused.
+"""
+
+import threading
+from collections import Counter
+
+import pytest
+from django.db import connection
+from rest_framework.authtoken.models import Token
+
+from agendas.models import AgendaProgress, Execution, OperationProgress
+from popclient import PopClient
+from popclient.handlers import HandlerError, HandlerRegistry, default_registry
+from popclient.worker import Worker
+
+pytestmark = pytest.mark.django_db(transaction=True)
+
+
+def test_the_popclient_worker_runs_agendas_and_resumes_a_retry_at_the_point_of_failure(
+    live_server, settings, submitter, submit_agenda, insight, worker
+):
+    settings.POP_FILL_NUDGE = "sync"
+    calls: Counter = Counter()
+    lock = threading.Lock()
+
+    def probe(payload, ctx):
+        with lock:
+            calls["probe", payload["url"]] += 1
+        return {"url": payload["url"], "size": len(payload["url"])}
+
+    def measure(payload, ctx):
+        with lock:
+            calls["measure", payload["url"]] += 1
+            attempt = calls["measure", payload["url"]]
+        if payload["url"] == "s3://flaky" and attempt == 1:
+            raise HandlerError("transient failure", code="flaky")
+        return {"measured": payload["url"]}
+
+    registry = HandlerRegistry({**default_registry()._handlers, "mediainfo": probe, "log": measure})
+    plain = [
+        submit_agenda(
+            submitter,
+            operations=[
+                {"name": "probe", "type": "mediainfo", "payload": {"url": f"s3://in/{n}"}},
+                {"name": "measure", "type": "log", "payload": {"url": "@<probe.out::/url>"}},
+            ],
+        )
+        for n in range(12)
+    ]
+    flaky = submit_agenda(
+        submitter,
+        retry_delay_seconds=0,
+        operations=[
+            {"name": "probe", "type": "mediainfo", "payload": {"url": "s3://flaky"}},
+            {"name": "measure", "type": "log", "payload": {"url": "@<probe.out::/url>"}},
+        ],
+    )
+    token = Token.objects.create(user=worker.user).key
+    client = PopClient(live_server.url, token)
+    puller = Worker(
+        client,
+        str(insight.pk),
+        registry=registry,
+        name="ref-worker",
+        concurrency=4,
+        batch=5,
+        wait_seconds=1,
+        max_agendas=len(plain) + 2,  # the flaky one is pulled twice
+        idle_exit_seconds=10,
+    )
+
+    exit_code = puller.run()
+    client.close()
+    connection.close()
+
+    assert exit_code == 0
+    states = dict(
+        AgendaProgress.objects.filter(agenda__in=[*plain, flaky])
+        .values_list("agenda_id", "state")
+        .order_by()
+    )
+    assert set(states.values()) == {"succeeded"}
+    assert calls["probe", "s3://flaky"] == 1  # not run again on the retry
+    assert calls["measure", "s3://flaky"] == 2
+    outcomes = list(
+        Execution.objects.filter(agenda=flaky).order_by("number").values_list("outcome")
+    )
+    assert outcomes == [("failed",), ("succeeded",)]
+    results = dict(
+        OperationProgress.objects.filter(agenda_progress__agenda=flaky).values_list(
+            "name", "result"
+        )
+    )
+    assert results == {
+        "probe": {"url": "s3://flaky", "size": 10},
+        "measure": {"measured": "s3://flaky"},
+    }
