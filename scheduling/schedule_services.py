@@ -1,15 +1,13 @@
 """Cron schedule writes: create, change, pause, resume, trigger (DESIGN §2 `Schedule`, §7 cron).
 
 Each public function checks the caller's role first and runs in one transaction. The timed
-`cron` process that runs due schedules lives with the scheduler; this module owns the
-schedule's own rows and the `next_run_at` computation they share.
+`cron` process that runs due schedules is scheduling/cron_services.py; the cron arithmetic
+both use is scheduling/cron.py.
 """
 
 from datetime import datetime
 from typing import Any
-from zoneinfo import ZoneInfo, ZoneInfoNotFoundError
 
-from croniter import CroniterBadCronError, CroniterBadDateError, croniter
 from django.core.exceptions import ValidationError
 from django.db import IntegrityError, transaction
 from django.utils import timezone
@@ -20,30 +18,29 @@ from agendas.states import InvalidTransition
 from resourcepools.models import Customer, Membership
 from resourcepools.selectors import Principal, require_role
 from resourcepools.services import acting_customer
+from scheduling import cron
 from scheduling.models import Schedule
 
 Role = Membership.Role
 State = Schedule.State
 
 
-def schedule_zone(name: str) -> ZoneInfo:
-    """The IANA zone `name`; raises ValidationError on the `timezone` field when unknown."""
-    try:
-        return ZoneInfo(name)
-    except (ZoneInfoNotFoundError, ValueError, OSError) as error:
-        raise ValidationError({"timezone": [f"Unknown time zone {name!r}."]}) from error
+def schedule_next_run(*, cron_expression: str, zone_name: str, after: datetime) -> datetime:
+    """The first time after `after` the expression fires in its zone (aware, UTC).
 
-
-def schedule_next_run(*, cron: str, zone_name: str, after: datetime) -> datetime:
-    """The first time after `after` the cron expression fires in its zone (aware, UTC)."""
-    zone = schedule_zone(zone_name)
-    if not croniter.is_valid(cron):
-        raise ValidationError({"cron": [f"{cron!r} is not a valid cron expression."]})
-    try:
-        following = croniter(cron, after.astimezone(zone)).get_next(datetime)
-    except (CroniterBadCronError, CroniterBadDateError, ValueError) as error:
-        raise ValidationError({"cron": [f"{cron!r} never fires: {error}"]}) from error
-    return following.astimezone(ZoneInfo("UTC"))
+    Raises ValidationError naming `cron` and/or `timezone` when either is unusable.
+    """
+    errors = {
+        field: messages
+        for field, messages in (
+            ("cron", cron.cron_errors(cron_expression)),
+            ("timezone", cron.timezone_errors(zone_name)),
+        )
+        if messages
+    }
+    if errors:
+        raise ValidationError(errors)
+    return cron.next_run(cron_expression, zone_name, after)
 
 
 def _check(schedule: Schedule) -> None:
@@ -63,7 +60,7 @@ def _check(schedule: Schedule) -> None:
 def _plan(schedule: Schedule, now: datetime) -> None:
     start = max(now, schedule.start_at) if schedule.start_at else now
     schedule.next_run_at = schedule_next_run(
-        cron=schedule.cron, zone_name=schedule.timezone, after=start
+        cron_expression=schedule.cron, zone_name=schedule.timezone, after=start
     )
 
 
