@@ -1,6 +1,7 @@
 """Shared API plumbing: error mapping, parsing limits, schema, fields, scoped viewsets."""
 
 import io
+import re
 import uuid
 from collections.abc import Callable
 from datetime import UTC
@@ -179,27 +180,33 @@ CONFLICT_RESPONSE = OpenApiResponse(ConflictSerializer, "The state does not allo
 # --- fields --------------------------------------------------------------------------------
 
 
-def reject_nul_characters(value: Any, path: str = "") -> None:
-    """PostgreSQL text and jsonb cannot hold NUL characters: refuse them as input errors."""
+UNSTORABLE_TEXT = re.compile("[\x00\ud800-\udfff]")
+
+
+def reject_unstorable_text(value: Any) -> None:
+    """PostgreSQL text and jsonb hold neither NUL nor lone surrogates: refuse them as 400s."""
     if isinstance(value, str):
-        if "\x00" in value:
-            raise serializers.ValidationError("Null characters are not allowed.")
+        found = UNSTORABLE_TEXT.search(value)
+        if found:
+            raise serializers.ValidationError(
+                f"Null and surrogate characters are not allowed (U+{ord(found.group()):04X})."
+            )
     elif isinstance(value, dict):
         for key, item in value.items():
-            reject_nul_characters(key)
-            reject_nul_characters(item)
+            reject_unstorable_text(key)
+            reject_unstorable_text(item)
     elif isinstance(value, list):
         for item in value:
-            reject_nul_characters(item)
+            reject_unstorable_text(item)
 
 
 @extend_schema_field(OpenApiTypes.ANY)
 class JSONValueField(serializers.JSONField):
-    """Any JSON value storable in PostgreSQL jsonb (no NUL characters)."""
+    """Any JSON value storable in PostgreSQL jsonb (no NUL or lone surrogate characters)."""
 
     def to_internal_value(self, data: Any) -> Any:
         value = super().to_internal_value(data)
-        reject_nul_characters(value)
+        reject_unstorable_text(value)
         return value
 
 

@@ -113,6 +113,15 @@ def test_null_characters_are_400_not_a_database_error(client):
     assert Agenda.objects.count() == 0
 
 
+def test_lone_surrogates_in_json_values_are_400_not_a_database_error(client):
+    body = '{"operations": [{"name": "x", "type": "log", "payload": {"\\ud800": 1}}]}'
+
+    response = client.post("/api/v1/agendas/", body, content_type="application/json")
+
+    assert (response.status_code, list(response.json())) == (400, ["operations.0.payload"])
+    assert Agenda.objects.count() == 0
+
+
 def test_a_json_body_over_one_mebibyte_is_413_and_writes_nothing(client):
     big = "x" * (settings.POP_MAX_BODY_BYTES + 10)
 
@@ -183,3 +192,26 @@ def test_flatten_errors_turns_nested_errors_into_paths():
         "non_field_errors": ["whole thing"],
     }
     assert flatten_errors(["just a message"]) == {"non_field_errors": ["just a message"]}
+
+
+@pytest.mark.parametrize(
+    ("path", "parameter"),
+    [
+        ("/api/v1/customers/", "resource_pool"),
+        ("/api/v1/resource-pools/", "owner"),
+        ("/api/v1/insights/", "resource_pool"),
+        ("/api/v1/agenda-templates/", "customer"),
+        ("/api/v1/agendas/", "insight"),
+        ("/api/v1/agenda-progress/", "agenda"),
+        ("/api/v1/operation-progress/", "agenda"),
+        ("/api/v1/schedules/", "template"),
+        ("/api/v1/callback-deliveries/", "agenda"),
+        ("/api/v1/queues/", "resource_pool"),
+        ("/api/v1/alerts/", "rule"),
+    ],
+)
+def test_every_list_answers_a_malformed_filter_with_400_naming_it(client, path, parameter):
+    response = client.get(path, {parameter: "not-an-id", "created_after": "2026-01-01T00:00Z"})
+
+    assert response.status_code == 400
+    assert list(response.json()) == [parameter]

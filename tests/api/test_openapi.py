@@ -93,6 +93,8 @@ def test_the_docs_pages_load_nothing_from_outside_the_server(page):
     sources = re.findall(r'(?:src|href)="([^"]+)"', html)
     assert sources
     assert [source for source in sources if re.match(r"(https?:)?//", source)] == []
+    for source in sources:
+        assert APIClient().get(source).status_code == 200, source
 
 
 def test_the_schema_is_served_as_json():
