@@ -24,7 +24,7 @@ from collections.abc import Iterator, Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
-REFERENCE_PATTERN = re.compile(r"@<(?P<reference>.+?)(?:::(?P<path>.+?))?>")
+REFERENCE_PATTERN = re.compile(r"@<(?P<reference>[^>]+?)(?:::(?P<path>[^>]+?))?>")
 OUTPUT_SUFFIX = ".out"
 AGENDA_ID = "pop.agendaId"
 OPERATION_NAME = "pop.operationName"
