@@ -1,0 +1,379 @@
+"""End to end over HTTP: gunicorn (2 workers) + a django-q2 cluster started here, popclient
+pullers.
+
+Server side: `gunicorn popsite.wsgi` with 2 workers × 8 threads (gthread: a long-polling pull
+holds a thread, not a worker), and one `manage.py qcluster` (2 workers) for the fill nudges
+and the periodic fill, POP_FILL_NUDGE=async, both on this phase's database.
+Client side, all through `popclient.PopClient`: one submitter process (`agendas/bulk/`, 100
+per request, 5 customers in turn) and 2 puller processes (pull 10 with wait_seconds=1, then
+one batch report per pull with every operation and the agenda succeeded).
+
+Four runs on the same servers:
+1. idle submit → pullable: a puller long-polls; one agenda is submitted; time until the pull
+   returns it (client clock);
+2. throughput: agendas/s from database timestamps (terminal agendas only), submit→pull and
+   submit→complete p50/p99, client-side p50/p99 of each request kind, requests per agenda;
+3. the report endpoint alone: 2 processes send heartbeat reports (`executions/{id}/report/`,
+   empty body: one locked read + one UPDATE) for a few seconds — req/s;
+4. pull latency with `http_waiting` ready agendas behind the queue (built with set-based SQL),
+   2 pullers as in 2 — client-side pull p50/p99.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import multiprocessing
+import time
+
+from bench import servers
+from bench.common import (
+    NOOP_OPERATIONS,
+    PhaseResult,
+    World,
+    bench_database,
+    bulk_insert_ready,
+    close_django_connections,
+    django_setup,
+    make_world,
+    percentile,
+    pulled_twice,
+    say,
+    sizes_for,
+    state_counts,
+    timings,
+    vacuum_analyze,
+)
+from bench.e2e import record
+
+CUSTOMERS = 5
+PULLERS = 2
+QUEUE_SIZE = 100
+SUCCEEDED = [{"name": "noop", "state": "succeeded", "result": {"ok": True}}]
+
+
+def client(url: str, token: str):
+    from popclient.client import PopClient
+
+    return PopClient(url, token, timeout=60, retries=0)
+
+
+def submitter(url: str, world: World, total: int, seconds: float, out) -> None:
+    latencies, requests, done, turn = [], 0, 0, 0
+    clients = [client(url, world.tokens[c]) for c in world.customers]
+    deadline = time.perf_counter() + seconds
+    while done < total and time.perf_counter() < deadline:
+        size = min(100, total - done)
+        started = time.perf_counter()
+        results = clients[turn % len(clients)].submit_agendas_bulk(
+            [{"operations": NOOP_OPERATIONS} for _ in range(size)]
+        )
+        latencies.append((time.perf_counter() - started) * 1000)
+        requests += 1
+        bad = [r for r in results if "errors" in r]
+        if bad:
+            raise RuntimeError(f"bulk submit refused: {bad[:2]}")
+        done += size
+        turn += 1
+    out.put({"submitted": done, "submit_ms": latencies, "requests": requests})
+
+
+def puller(url: str, world: World, stop, out, limit: int | None = None) -> None:
+    api = client(url, world.worker_token)
+    pull_ms, report_ms, pulled, pulls, reports, refused = [], [], 0, 0, 0, 0
+    name = multiprocessing.current_process().name
+    while not stop.is_set() and (limit is None or pulls < limit):
+        started = time.perf_counter()
+        items = api.pull(world.insight_id, count=10, worker=name, wait_seconds=1)
+        pull_ms.append((time.perf_counter() - started) * 1000)
+        pulls += 1
+        if not items:
+            continue
+        started = time.perf_counter()
+        results = api.report_batch(
+            [
+                {
+                    "execution": item["execution"]["id"],
+                    "lease_token": item["execution"]["lease_token"],
+                    "operations": SUCCEEDED,
+                    "state": "succeeded",
+                }
+                for item in items
+            ]
+        )
+        report_ms.append((time.perf_counter() - started) * 1000)
+        reports += 1
+        refused += sum(1 for r in results if not r.get("ok"))
+        pulled += len(items)
+    out.put(
+        {
+            "pull_ms": pull_ms,
+            "report_ms": report_ms,
+            "pulled": pulled,
+            "pulls": pulls,
+            "reports": reports,
+            "refused": refused,
+        }
+    )
+
+
+def heartbeater(url: str, executions: list[tuple[str, str]], seconds: float, start, out) -> None:
+    from popclient.client import PopClient
+
+    api = PopClient(url, None, timeout=30, retries=0)
+    sent = 0
+    start.wait()
+    began = time.perf_counter()
+    while time.perf_counter() - began < seconds:
+        execution_id, lease = executions[sent % len(executions)]
+        api.report(execution_id, lease)
+        sent += 1
+    out.put((sent, time.perf_counter() - began))
+
+
+def idle_probes(url: str, world: World, probes: int) -> list[float]:
+    """Seconds from submitting one agenda on an idle system to a long-polling pull getting it."""
+    submit_api = client(url, world.tokens[world.customers[0]])
+    context = multiprocessing.get_context("fork")
+    latencies = []
+    for _ in range(probes):
+        got = context.Queue()
+        waiter = context.Process(target=_wait_one, args=(url, world, got))
+        waiter.start()
+        time.sleep(0.5)  # the pull is waiting
+        started = time.time()
+        submit_api.submit_agenda({"operations": NOOP_OPERATIONS})
+        received_at = got.get(timeout=30)
+        waiter.join()
+        latencies.append(received_at - started)
+        time.sleep(0.3)
+    return latencies
+
+
+def _wait_one(url: str, world: World, got) -> None:
+    api = client(url, world.worker_token)
+    while True:
+        items = api.pull(world.insight_id, count=1, worker="idle-probe", wait_seconds=10)
+        if items:
+            got.put(time.time())
+            item = items[0]
+            api.report(
+                item["execution"]["id"],
+                item["execution"]["lease_token"],
+                operations=SUCCEEDED,
+                state="succeeded",
+            )
+            return
+
+
+def throughput(url: str, dbname: str, world: World, total: int, seconds: float) -> dict:
+    context = multiprocessing.get_context("fork")
+    stop, out, submitted_out = context.Event(), context.Queue(), context.Queue()
+    before = state_counts(dbname).get("succeeded", 0)
+    began = time.time()
+    pullers = [
+        context.Process(target=puller, args=(url, world, stop, out), name=f"http-puller{n}")
+        for n in range(PULLERS)
+    ]
+    for process in pullers:
+        process.start()
+    sub = context.Process(target=submitter, args=(url, world, total, seconds, submitted_out))
+    sub.start()
+    submitted = submitted_out.get(timeout=seconds + 120)
+    sub.join()
+    deadline = time.monotonic() + 40
+    while time.monotonic() < deadline:
+        counts = state_counts(dbname)
+        if counts.get("succeeded", 0) - before >= submitted["submitted"]:
+            break
+        time.sleep(0.25)
+    stop.set()
+    pulls = [out.get(timeout=60) for _ in pullers]
+    for process in pullers:
+        process.join(timeout=30)
+    figures = timings(dbname, created_after=began)
+    figures.update(
+        submitted=submitted["submitted"],
+        twice=pulled_twice(dbname),
+        states=state_counts(dbname),
+        report_failures=sum(p["refused"] for p in pulls),
+        submit_ms=submitted["submit_ms"],
+        pull_ms=[ms for p in pulls for ms in p["pull_ms"]],
+        report_ms=[ms for p in pulls for ms in p["report_ms"]],
+        requests=submitted["requests"] + sum(p["pulls"] + p["reports"] for p in pulls),
+    )
+    return figures
+
+
+def report_rate(url: str, world: World, seconds: float) -> tuple[float, int]:
+    """Heartbeat reports/s on executing agendas, 2 client processes."""
+    client(url, world.tokens[world.customers[0]]).submit_agendas_bulk(
+        [{"operations": NOOP_OPERATIONS} for _ in range(40)]
+    )
+    api = client(url, world.worker_token)
+    executions: list[tuple[str, str]] = []
+    for _ in range(10):
+        for item in api.pull(world.insight_id, count=10, worker="heartbeat", wait_seconds=2):
+            executions.append((item["execution"]["id"], item["execution"]["lease_token"]))
+        if len(executions) >= 40:
+            break
+    if not executions:
+        return float("nan"), 0
+    context = multiprocessing.get_context("fork")
+    start, out = context.Barrier(2), context.Queue()
+    halves = [executions[0::2], executions[1::2]]
+    processes = [
+        context.Process(target=heartbeater, args=(url, half, seconds, start, out))
+        for half in halves
+    ]
+    for process in processes:
+        process.start()
+    results = [out.get(timeout=seconds + 60) for _ in processes]
+    for process in processes:
+        process.join()
+    sent = sum(r[0] for r in results)
+    return sent / max(r[1] for r in results), len(executions)
+
+
+def waiting_latency(url: str, dbname: str, world: World, waiting: int, pulls: int) -> dict:
+    built = bulk_insert_ready(
+        dbname,
+        insight_id=world.insight_id,
+        customer_ids=world.customers,
+        per_customer=waiting // CUSTOMERS,
+    )
+    vacuum_analyze(dbname)
+    context = multiprocessing.get_context("fork")
+    stop, out = context.Event(), context.Queue()
+    processes = [
+        context.Process(target=puller, args=(url, world, stop, out, pulls // PULLERS))
+        for _ in range(PULLERS)
+    ]
+    for process in processes:
+        process.start()
+    results = [out.get(timeout=300) for _ in processes]
+    for process in processes:
+        process.join()
+    pull_ms = [ms for r in results for ms in r["pull_ms"]]
+    return {
+        "built_seconds": built,
+        "pulls": len(pull_ms),
+        "pulled": sum(r["pulled"] for r in results),
+        "pull_p50": percentile(pull_ms, 50),
+        "pull_p99": percentile(pull_ms, 99),
+    }
+
+
+def run(*, quick: bool) -> PhaseResult:
+    sizes = sizes_for(quick)
+    total = sizes["http_agendas"]
+    submit_seconds = 15.0 if quick else 45.0
+    result = PhaseResult(
+        phase="http",
+        sizes={
+            "agendas": total,
+            "submitting stops after (s)": submit_seconds,
+            "customers": CUSTOMERS,
+            "pullers": PULLERS,
+            "queue_size": QUEUE_SIZE,
+            "gunicorn": f"2 workers × {servers.GUNICORN_THREADS} threads (gthread)",
+            "qcluster workers": 2,
+            "waiting for the latency run": sizes["http_waiting"],
+        },
+    )
+    started = time.perf_counter()
+    logs = servers.log_dir()
+    with bench_database("pop_bench_http") as dbname:
+        django_setup(dbname)
+        world = make_world(customers=CUSTOMERS, queue_size=QUEUE_SIZE)
+        close_django_connections()
+        env = {"POP_FILL_NUDGE": "async", "POP_Q_WORKERS": "2", "DATABASE_CONN_MAX_AGE": "600"}
+        servers.manage(dbname, "pop_schedules", **env)
+        port = servers.free_port()
+        url = f"http://127.0.0.1:{port}"
+        web = servers.gunicorn(dbname, port, logs, **env)
+        cluster = servers.qcluster(dbname, logs, **env)
+        try:
+            servers.wait_http(f"{url}/healthz", web)
+            vacuum_analyze(dbname)
+            idle = idle_probes(url, world, sizes["idle_probes"])
+            say(
+                f"  http idle submit→pullable: p50 {percentile(idle, 50) * 1000:.0f} ms, max "
+                f"{max(idle) * 1000:.0f} ms over {len(idle)} probes"
+            )
+            vacuum_analyze(dbname)
+            figures = throughput(url, dbname, world, total, submit_seconds)
+            record(result, figures, label="over HTTP")
+            terminal = max(figures.get("terminal", 0), 1)
+            per_agenda = figures["requests"] / terminal
+            rate = figures.get("rate") or 0
+            result.figures[0].target = "≥ 1,000 agendas/s"
+            result.figures[0].ok = rate >= 1000
+            for kind in ("submit", "pull", "report"):
+                values = figures[f"{kind}_ms"]
+                result.add(f"HTTP {kind} request p50", percentile(values, 50), "ms")
+                result.add(f"HTTP {kind} request p99", percentile(values, 99), "ms")
+            result.add("requests per agenda", per_agenda, "req")
+            say(
+                "  http request ms p50/p99: "
+                + ", ".join(
+                    f"{k} {percentile(figures[f'{k}_ms'], 50):.0f}/"
+                    f"{percentile(figures[f'{k}_ms'], 99):.0f}"
+                    for k in ("submit", "pull", "report")
+                )
+                + f"; {per_agenda:.2f} requests per agenda"
+            )
+            hb_rate, hb_n = report_rate(url, world, 3.0 if quick else 6.0)
+            say(f"  http report endpoint alone (heartbeats, 2 clients): {hb_rate:.0f} req/s")
+            result.add("report endpoint alone (heartbeat)", hb_rate, "req/s")
+            result.add(
+                "idle submit → pullable p50",
+                percentile(idle, 50) * 1000,
+                "ms",
+                target="< 1,000 ms",
+            )
+            result.add(
+                "idle submit → pullable max",
+                max(idle) * 1000,
+                "ms",
+                target="< 1,000 ms",
+                ok=max(idle) < 1.0,
+            )
+            wait = waiting_latency(
+                url, dbname, world, sizes["http_waiting"], sizes["http_latency_pulls"]
+            )
+            say(
+                f"  http pull with {sizes['http_waiting']} waiting (built in "
+                f"{wait['built_seconds']:.0f} s): {wait['pulls']} pulls, p50 "
+                f"{wait['pull_p50']:.0f} ms, p99 {wait['pull_p99']:.0f} ms"
+            )
+            result.add(f"pull p50, {sizes['http_waiting']} waiting", wait["pull_p50"], "ms")
+            result.add(
+                f"pull p99, {sizes['http_waiting']} waiting",
+                wait["pull_p99"],
+                "ms",
+                target="< 50 ms",
+                ok=wait["pull_p99"] < 50,
+            )
+            if not web.alive() or not cluster.alive():
+                result.notes.append("a server process died during the phase")
+        finally:
+            web.stop()
+            cluster.stop()
+    result.seconds = time.perf_counter() - started
+    return result
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__)
+    parser.add_argument("--quick", action="store_true")
+    parser.add_argument("--out")
+    args = parser.parse_args()
+    result = run(quick=args.quick)
+    if args.out:
+        with open(args.out, "w") as handle:
+            json.dump(result.to_dict(), handle)
+
+
+if __name__ == "__main__":
+    main()
