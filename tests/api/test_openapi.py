@@ -35,7 +35,7 @@ CHECKS = [
     response_schema_conformance,
 ]
 #: Hypothesis examples per operation and generation mode; keeps the run well under 2 minutes.
-EXAMPLES = 12
+EXAMPLES = 8
 TIME_BUDGET_SECONDS = 110
 
 
