@@ -53,13 +53,11 @@ def submitting_customer(*, principal: Principal | None, customer: Customer | Non
     if principal_is_staff(principal):
         raise ValidationError({"customer": ["This field is required for staff submissions."]})
     customer_ids = customer_ids_with_role(principal, Role.SUBMITTER)
+    if not customer_ids:
+        # Visible customers but no submitter role is "role too low": 403, not a bad field.
+        raise PermissionDenied("You have no customer you may submit for.")
     if len(customer_ids) != 1:
-        message = (
-            "You submit for several customers: name one."
-            if customer_ids
-            else "You have no customer you may submit for."
-        )
-        raise ValidationError({"customer": [message]})
+        raise ValidationError({"customer": ["You submit for several customers: name one."]})
     return Customer.objects.select_related("resource_pool").get(pk=customer_ids[0])
 
 
