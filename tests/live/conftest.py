@@ -35,6 +35,7 @@ from typing import Any
 import httpx
 import pytest
 from django.conf import settings
+from django.contrib.auth import get_user_model
 from django.core.management import call_command
 from django.db import connection, connections
 from rest_framework.authtoken.models import Token
@@ -49,7 +50,6 @@ from tests.factories import (
     InsightFactory,
     MembershipFactory,
     ResourcePoolFactory,
-    UserFactory,
 )
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -243,7 +243,7 @@ def live(django_db_setup, django_db_blocker, tmp_path_factory) -> Iterator[LiveS
         [
             sys.executable, "-m", "gunicorn", "popsite.wsgi:application",
             "--bind", f"127.0.0.1:{port}", "--workers", "2", "--threads", "16",
-            "--timeout", "60", "--graceful-timeout", "2",
+            "--timeout", "60", "--graceful-timeout", "2", "--no-control-socket",
         ],
         cwd=ROOT, env=env, stdout=web_log, stderr=subprocess.STDOUT, start_new_session=True,
     )  # fmt: skip
@@ -266,7 +266,7 @@ def live(django_db_setup, django_db_blocker, tmp_path_factory) -> Iterator[LiveS
         wait_for(ready, timeout=60, interval=0.2, what="gunicorn and the cluster to be ready")
         yield server
     finally:
-        stop_process(cluster, timeout=10)
+        stop_process(cluster, timeout=5)
         stop_process(web, timeout=10)
         web_log.close()
         cluster_log.close()
@@ -296,7 +296,8 @@ def _make_tenant(url: str) -> Tenant:
     )
 
     def token(customer, role: str) -> str:
-        user = UserFactory(username=f"{name}-{role}")
+        # Tokens only: an unusable password spares three slow password hashes per test.
+        user = get_user_model().objects.create(username=f"{name}-{role}", password="!")
         MembershipFactory(user=user, customer=customer, role=role)
         return Token.objects.create(user=user).key
 
