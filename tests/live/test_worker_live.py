@@ -240,7 +240,7 @@ def test_pause_then_resume_finishes_without_rerunning_completed_operations(tenan
         {
             "operations": [
                 {"name": "first", "type": "sleep", "payload": {"seconds": 0.5}},
-                {"name": "second", "type": "sleep", "payload": {"seconds": 3},
+                {"name": "second", "type": "sleep", "payload": {"seconds": 4},
                  "depends_on": ["first"]},
                 {"name": "third", "type": "sleep", "depends_on": ["second"], "payload": {
                     "seconds": 0.3, "result": {"first": "@<first.out::/slept_seconds>"}}},
@@ -269,7 +269,7 @@ def test_pause_then_resume_finishes_without_rerunning_completed_operations(tenan
     }
     assert before["third"]["attempt_count"] == 0
     assert worker.client.first_answer(execution, "pause") is not None
-    time.sleep(1.5)  # a paused agenda stays paused: the worker does not pull it again
+    time.sleep(1)  # a paused agenda stays paused: the worker does not pull it again
     assert tenant.agenda(agenda_id)["state"] == "paused"
 
     resumed = client.resume_agenda(agenda_id)
