@@ -337,6 +337,14 @@ class RecordingClient(PopClient):
             self.answers.append((time.monotonic(), str(execution_id), fields, answer))
         return answer
 
+    def report_batch(self, reports: list[Any]) -> list[Any]:
+        results = super().report_batch(reports)
+        at = time.monotonic()
+        with self._lock:
+            for report, result in zip(reports, results, strict=False):
+                self.answers.append((at, str(report["execution"]), dict(report), result))
+        return results
+
     def first_answer(self, execution_id: str, flag: str) -> float | None:
         """Monotonic time the first answer with `flag` (abort/pause) true came back."""
         with self._lock:

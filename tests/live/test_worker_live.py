@@ -356,3 +356,44 @@ def test_sigterm_to_pop_worker_hands_its_agendas_back_and_none_is_stuck(
         assert operations["slow"]["result"] == {"attempt": 2, "prior_state": "failed"}
         assert [e["outcome"] for e in tenant.executions(agenda_id)] == ["failed", "succeeded"]
     assert tenant.operations(waiting)["slow"]["result"]["attempt"] == 1
+
+
+def test_batched_pulls_and_reports_run_several_agendas_and_deliver_an_abort(tenant, start_worker):
+    client = tenant.client()
+    quick = [
+        client.submit_agenda(
+            {
+                "operations": [
+                    {"name": "nap", "type": "sleep", "payload": {"seconds": 0.5}},
+                    {"name": "tell", "type": "echo", "payload": {"n": n, "nap": "@<nap.out>"}},
+                ],
+                "link_id": "batch",
+            }
+        )["id"]
+        for n in range(5)
+    ]
+    long = client.submit_agenda(
+        {"operations": [{"name": "nap", "type": "sleep", "payload": {"seconds": 60}}]}
+    )["id"]
+    # Reports go through executions/report/, all those due at once in one call.
+    worker = start_worker(batch=4, concurrency=6)
+    execution, flagged = _abort_when_running(tenant, worker, long, "nap")
+    reported = wait_for(
+        lambda: _final_report_at(worker, execution, "aborted"),
+        timeout=5,
+        interval=0.02,
+        what="the aborted report",
+    )
+    assert reported - flagged < 2.0, f"aborted reported {reported - flagged:.2f}s after the flag"
+    assert tenant.wait_state(long, "aborted", timeout=2)
+    for n, agenda_id in enumerate(quick):
+        agenda = tenant.wait_state(agenda_id, TERMINAL, timeout=15)
+        assert agenda["state"] == "succeeded", agenda["progress"]
+        tell = {op["name"]: op for op in agenda["progress"]["operations"]}["tell"]
+        assert tell["result"]["n"] == n
+        assert tell["result"]["nap"]["slept_seconds"] >= 0.5
+    batched = [fields for _, _, fields, _ in worker.client.answers if "lease_token" in fields]
+    assert batched, "no report went through the batch endpoint"
+    summary = client.progress_summary("batch")
+    assert summary["counts"] == {"succeeded": 5}
+    assert summary["percent_complete"] == 100
