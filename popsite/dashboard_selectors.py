@@ -4,6 +4,7 @@ Every function takes the principal first and builds on the scoped selectors of t
 numbers come from a bounded number of aggregate queries, never from loading rows in Python.
 """
 
+import re
 import uuid
 from dataclasses import dataclass, field
 from datetime import datetime, timedelta
@@ -24,6 +25,7 @@ OUTCOMES = (State.SUCCEEDED, State.FAILED)
 THROUGHPUT_MINUTES = 60
 WORKERS_SEEN_WINDOW = timedelta(hours=24)
 OPEN_ALERTS_SHOWN = 20
+ID_PREFIX = re.compile(r"[0-9a-fA-F-]{8,35}")
 
 
 @dataclass(frozen=True)
@@ -190,7 +192,11 @@ def agenda_search(
         try:
             agendas = agendas.filter(Q(pk=uuid.UUID(text)) | Q(external_id=text))
         except ValueError:
-            agendas = agendas.filter(external_id__icontains=text)
+            matches = Q(external_id__icontains=text)
+            if ID_PREFIX.fullmatch(text):
+                # The pages show ids shortened to their first 8 characters.
+                matches |= Q(pk__startswith=text.lower())
+            agendas = agendas.filter(matches)
     return agendas.order_by("-created_at")
 
 
