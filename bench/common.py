@@ -71,8 +71,11 @@ def drop_database(name: str) -> None:
 
 
 def create_database(name: str, *, template: str | None = None) -> None:
-    """(Re)create `name`, empty or as a copy of `template` (which must have no connections)."""
+    """(Re)create `name`, empty or as a copy of `template` (which must have no connections).
+    The migrated template is made first when a phase runs on its own."""
     assert name.startswith(DB_PREFIX), name
+    if template == TEMPLATE_DB and not database_exists(TEMPLATE_DB):
+        migrate_template()
     drop_database(name)
     with admin_connect() as conn:
         if template:
@@ -177,6 +180,7 @@ class World:
     owner_id: str
     worker_user_id: int
     worker_token: str
+    staff_user_id: int = 0
     customers: list[str] = field(default_factory=list)  # customer ids
     submitters: dict[str, int] = field(default_factory=dict)  # customer id -> user id
     tokens: dict[str, str] = field(default_factory=dict)  # customer id -> API token
@@ -221,11 +225,15 @@ def make_world(
     )
     worker = User.objects.create_user(username=f"{slug_prefix}-worker", password="bench-password")
     Membership.objects.create(user=worker, customer=owner, role=Membership.Role.WORKER)
+    staff = User.objects.create_user(
+        username=f"{slug_prefix}-staff", password="bench-password", is_staff=True
+    )
     world = World(
         insight_id=str(insight.pk),
         owner_id=str(owner.pk),
         worker_user_id=worker.pk,
         worker_token=Token.objects.create(user=worker).key,
+        staff_user_id=staff.pk,
     )
     for number in range(customers):
         weight = weights[number] if weights else 1
@@ -271,6 +279,32 @@ def submit_bulk(world: World, customer_id: str, count: int, *, batch: int = 100)
     return time.perf_counter() - started
 
 
+def submit_together(world: World, counts: dict[str, int]) -> float:
+    """Submit agendas for several customers in one agendas_submit_many call (one transaction,
+    as staff), so they all become ready at the same instant; return that instant (the commit,
+    before any on-commit fill nudge runs)."""
+    from django.db import transaction
+
+    from agendas.services import agendas_submit_many
+    from resourcepools.models import Customer
+
+    committed: list[float] = []
+
+    customers = {str(pk): row for pk, row in Customer.objects.in_bulk(list(counts)).items()}
+    items = [
+        {"operations": NOOP_OPERATIONS, "customer": customers[customer_id]}
+        for customer_id, count in counts.items()
+        for _ in range(count)
+    ]
+    with transaction.atomic():
+        transaction.on_commit(lambda: committed.append(time.time()))  # runs first
+        results = agendas_submit_many(principal=user(world.staff_user_id), items=items)
+    bad = [result for result in results if isinstance(result, dict)]
+    if bad:
+        raise RuntimeError(f"submit refused items: {bad[:3]}")
+    return committed[0]
+
+
 def bulk_insert_ready(
     dbname: str,
     *,
@@ -279,14 +313,30 @@ def bulk_insert_ready(
     per_customer: int,
     state: str = "ready",
     added_at_sql: str = "now() - interval '1 hour' + (g * interval '1 microsecond')",
+    ready_only: bool = False,
 ) -> float:
     """Set-based: `per_customer` ready agendas for each customer (Agenda, AgendaProgress,
     OperationProgress, ReadyAgenda rows exactly as a submit writes them); return seconds.
 
-    Only a benchmark does this: it builds big backlogs in seconds instead of minutes."""
+    Only a benchmark does this: it builds big backlogs in seconds instead of minutes. With
+    `ready_only`, only the ReadyAgenda rows are written, with foreign-key checks off (their
+    agendas do not exist): enough for a fill that never picks them, and ~20× faster."""
     started = time.perf_counter()
     ops = json.dumps(NOOP_OPERATIONS)
     with psycopg.connect(dsn(dbname)) as conn:
+        if ready_only:
+            conn.execute("SET session_replication_role = replica")
+            conn.execute(
+                f"""
+                INSERT INTO scheduling_readyagenda (agenda_id, insight_id, customer_id, priority,
+                    added_at)
+                SELECT gen_random_uuid(), %s, c.id, 5, {added_at_sql}
+                FROM unnest(%s::uuid[]) AS c(id), generate_series(1, %s) g
+                """,
+                [insight_id, list(customer_ids), per_customer],
+            )
+            conn.commit()
+            return time.perf_counter() - started
         for customer_id in customer_ids:
             conn.execute(
                 """
@@ -418,41 +468,51 @@ def new_id() -> str:
 # Scaled so that `make bench` fits in 10 minutes on a 2-core machine; --quick in about one.
 FULL_SIZES: dict[str, Any] = {
     "queue_rows": 4000,  # limit and engine: queued rows per shape (same table size)
-    "shape_seconds": 8.0,  # limit and engine: a shape stops after this long
-    "submit_single": 300,  # engine: agendas submitted one by one (submit rate)
-    "e2e_agendas": 6000,  # end to end in-process
-    "http_agendas": 6000,  # end to end over HTTP
+    "shape_seconds": 5.0,  # limit and engine: a shape stops after this long
+    "submit_sample": 300,  # engine: agendas submitted one by one, and in bulk, for the rates
+    "e2e_seconds": 30.0,  # end to end in-process: the submitter stops after this long
+    "e2e_agendas": 20_000,  # … or after this many
+    "http_seconds": 30.0,  # end to end over HTTP: the submitter stops after this long
+    "http_agendas": 20_000,  # … or after this many
     "http_waiting": 100_000,  # ready agendas behind the queue for the pull-latency run
     "http_latency_pulls": 400,  # pulls timed with that backlog
     "idle_probes": 8,  # idle submit -> pullable probes
+    "heartbeat_seconds": 5.0,  # the report endpoint alone
     "peer_jobs": 5000,  # peers: jobs per run (end to end, then drain-only)
-    "peer_seconds": 25,  # peers: a run stops after this long and counts what finished
+    "peer_seconds": 12,  # peers: a run stops after this long and counts what finished
     "fill_sizes": [1000, 100_000, 1_000_000],
     "fill_customers": 10,
     "fill_repeats": 5,
     "flood": 100_000,  # fairness: the flooding customer's backlog
     "small_customers": 10,
     "small_each": 10,
+    "contention_seconds": 25.0,  # fairness: a flood run stops after this long
     "weighted_pulls": 5000,
+    "weighted_seconds": 90.0,
 }
 QUICK_SIZES: dict[str, Any] = {
     "queue_rows": 1000,
-    "shape_seconds": 3.0,
-    "submit_single": 100,
-    "e2e_agendas": 1500,
-    "http_agendas": 1500,
+    "shape_seconds": 1.5,
+    "submit_sample": 40,
+    "e2e_seconds": 6.0,
+    "e2e_agendas": 2000,
+    "http_seconds": 6.0,
+    "http_agendas": 2000,
     "http_waiting": 20_000,
-    "http_latency_pulls": 150,
-    "idle_probes": 4,
-    "peer_jobs": 1000,
-    "peer_seconds": 8,
+    "http_latency_pulls": 60,
+    "idle_probes": 3,
+    "heartbeat_seconds": 2.0,
+    "peer_jobs": 500,
+    "peer_seconds": 4,
     "fill_sizes": [1000, 20_000],
     "fill_customers": 10,
     "fill_repeats": 3,
-    "flood": 10_000,
+    "flood": 5000,
     "small_customers": 10,
     "small_each": 10,
-    "weighted_pulls": 1400,
+    "contention_seconds": 10.0,
+    "weighted_pulls": 700,
+    "weighted_seconds": 25.0,
 }
 
 

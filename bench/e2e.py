@@ -88,7 +88,7 @@ def run_pipeline(
 def run(*, quick: bool) -> PhaseResult:
     sizes = sizes_for(quick)
     total = sizes["e2e_agendas"]
-    submit_seconds = 20.0 if quick else 60.0
+    submit_seconds = sizes["e2e_seconds"]
     result = PhaseResult(
         phase="e2e",
         sizes={
@@ -105,7 +105,7 @@ def run(*, quick: bool) -> PhaseResult:
         world = make_world(customers=CUSTOMERS, queue_size=QUEUE_SIZE)
         close_django_connections()
         vacuum_analyze(dbname)
-        figures = run_pipeline(dbname, world, total, submit_seconds, drain_seconds=30.0)
+        figures = run_pipeline(dbname, world, total, submit_seconds, drain_seconds=20.0)
         record(result, figures, label="in-process")
     result.seconds = time.perf_counter() - started
     return result

@@ -117,10 +117,10 @@ def puller(url: str, world: World, stop, out, limit: int | None = None) -> None:
     )
 
 
-def heartbeater(url: str, executions: list[tuple[str, str]], seconds: float, start, out) -> None:
-    from popclient.client import PopClient
-
-    api = PopClient(url, None, timeout=30, retries=0)
+def heartbeater(
+    url: str, token: str, executions: list[tuple[str, str]], seconds: float, start, out
+) -> None:
+    api = client(url, token)
     sent = 0
     start.wait()
     began = time.perf_counter()
@@ -223,7 +223,9 @@ def report_rate(url: str, world: World, seconds: float) -> tuple[float, int]:
     start, out = context.Barrier(2), context.Queue()
     halves = [executions[0::2], executions[1::2]]
     processes = [
-        context.Process(target=heartbeater, args=(url, half, seconds, start, out))
+        context.Process(
+            target=heartbeater, args=(url, world.worker_token, half, seconds, start, out)
+        )
         for half in halves
     ]
     for process in processes:
@@ -236,11 +238,20 @@ def report_rate(url: str, world: World, seconds: float) -> tuple[float, int]:
 
 
 def waiting_latency(url: str, dbname: str, world: World, waiting: int, pulls: int) -> dict:
+    # Real agendas first (the ones the timed pulls can reach: every pull takes at most 10,
+    # plus the queue), then ReadyAgenda-only rows behind them up to `waiting`.
+    per_customer = waiting // CUSTOMERS
+    real = min(per_customer, (pulls * 10 + 2 * QUEUE_SIZE) // CUSTOMERS + 50)
     built = bulk_insert_ready(
+        dbname, insight_id=world.insight_id, customer_ids=world.customers, per_customer=real
+    )
+    built += bulk_insert_ready(
         dbname,
         insight_id=world.insight_id,
         customer_ids=world.customers,
-        per_customer=waiting // CUSTOMERS,
+        per_customer=per_customer - real,
+        added_at_sql="now() - interval '30 minutes' + (g * interval '1 microsecond')",
+        ready_only=True,
     )
     vacuum_analyze(dbname)
     context = multiprocessing.get_context("fork")
@@ -267,7 +278,7 @@ def waiting_latency(url: str, dbname: str, world: World, waiting: int, pulls: in
 def run(*, quick: bool) -> PhaseResult:
     sizes = sizes_for(quick)
     total = sizes["http_agendas"]
-    submit_seconds = 15.0 if quick else 45.0
+    submit_seconds = sizes["http_seconds"]
     result = PhaseResult(
         phase="http",
         sizes={
@@ -323,7 +334,7 @@ def run(*, quick: bool) -> PhaseResult:
                 )
                 + f"; {per_agenda:.2f} requests per agenda"
             )
-            hb_rate, hb_n = report_rate(url, world, 3.0 if quick else 6.0)
+            hb_rate, hb_n = report_rate(url, world, sizes["heartbeat_seconds"])
             say(f"  http report endpoint alone (heartbeats, 2 clients): {hb_rate:.0f} req/s")
             result.add("report endpoint alone (heartbeat)", hb_rate, "req/s")
             result.add(

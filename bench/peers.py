@@ -19,7 +19,9 @@ import json
 import multiprocessing
 import os
 import subprocess
+import tempfile
 import time
+from pathlib import Path
 
 import psycopg
 
@@ -432,8 +434,8 @@ def run(*, quick: bool, peers: tuple[str, ...] = PEERS) -> PhaseResult:
     )
     started = time.perf_counter()
     for peer in peers:
-        out = ROOT / "bench" / f".peer-{peer}.json"
-        log = ROOT / "bench" / f".peer-{peer}.log"
+        out = Path(tempfile.gettempdir()) / f"pop-bench-peer-{peer}-{os.getpid()}.json"
+        log = out.with_suffix(".log")
         with open(log, "w") as handle:
             process = subprocess.run(
                 [

@@ -1,0 +1,221 @@
+"""POP's benchmarks: `python -m bench.compare [--quick] [--phases ...]` (`make bench`).
+
+Prints the environment, runs each phase in its own process and its own PostgreSQL database
+(created from a freshly migrated template and dropped afterwards), then prints one table with
+the ratios and the DESIGN §13 targets and writes it, dated, into bench/RESULTS.md between the
+`bench:begin`/`bench:end` markers (the analysis around them is kept).
+"""
+
+from __future__ import annotations
+
+import argparse
+import datetime
+import json
+import math
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+from bench import env
+from bench.common import (
+    PYTHON,
+    ROOT,
+    TEMPLATE_DB,
+    PhaseResult,
+    drop_database,
+    migrate_template,
+    say,
+    sizes_for,
+)
+
+PHASES = {
+    "limit": "bench.limit",
+    "engine": "bench.engine",
+    "e2e": "bench.e2e",
+    "http": "bench.over_http",
+    "peers": "bench.peers",
+    "fill": "bench.fill_cost",
+    "fairness": "bench.fairness",
+}
+NEEDS_TEMPLATE = {"engine", "e2e", "http", "fill", "fairness"}
+RESULTS = ROOT / "bench" / "RESULTS.md"
+BEGIN, END = "<!-- bench:begin -->", "<!-- bench:end -->"
+
+
+def run_phase(name: str, quick: bool, workdir: Path, results: dict[str, PhaseResult]) -> None:
+    out = workdir / f"{name}.json"
+    argv = [PYTHON, "-m", PHASES[name], "--out", str(out)]
+    if quick:
+        argv.append("--quick")
+    if name == "engine" and "limit" in results:
+        limit = workdir / "limit.json"
+        argv += ["--limit", str(limit)]
+    say(f"phase {name} …")
+    started = time.perf_counter()
+    process = subprocess.run(argv, cwd=ROOT, timeout=900)
+    if process.returncode != 0 or not out.exists():
+        result = PhaseResult(phase=name, rejected=f"the phase failed (exit {process.returncode})")
+    else:
+        result = PhaseResult.from_dict(json.loads(out.read_text()))
+    result.seconds = time.perf_counter() - started
+    results[name] = result
+    say(
+        f"phase {name} done in {result.seconds:.0f} s"
+        + (f" — {result.rejected}" if result.rejected else "")
+    )
+
+
+def cross_figures(results: dict[str, PhaseResult]) -> None:
+    """Ratios that need two phases: POP end to end against the best peer."""
+    peers = results.get("peers")
+    e2e = results.get("e2e")
+    if not peers or not e2e:
+        return
+    best = max(
+        (f for f in peers.figures if f.metric.endswith("end to end") and _finite(f.value)),
+        key=lambda f: f.value,
+        default=None,
+    )
+    if best is None:
+        return
+    for figure in e2e.figures:
+        if figure.metric == "in-process end to end" and _finite(figure.value):
+            figure.ratio = figure.value / best.value
+            figure.reference = f"best peer ({best.metric.removesuffix(' end to end')})"
+            figure.target = "≥ 1.5 × best peer"
+            figure.ok = figure.ratio >= 1.5
+    http = results.get("http")
+    if http:
+        for figure in http.figures:
+            if figure.metric == "over HTTP end to end" and _finite(figure.value):
+                figure.ratio = figure.value / best.value
+                figure.reference = f"best peer ({best.metric.removesuffix(' end to end')})"
+
+
+def _finite(value) -> bool:
+    return isinstance(value, int | float) and not math.isnan(value)
+
+
+def fmt(value) -> str:
+    if value is None or (isinstance(value, float) and math.isnan(value)):
+        return "—"
+    if isinstance(value, float):
+        if abs(value) >= 100:
+            return f"{value:,.0f}"
+        if abs(value) >= 10:
+            return f"{value:.1f}"
+        return f"{value:.2f}"
+    return str(value)
+
+
+def table(results: dict[str, PhaseResult]) -> list[str]:
+    lines = [
+        "| phase | metric | value | unit | ratio | target | met |",
+        "|---|---|---:|---|---:|---|---|",
+    ]
+    for result in results.values():
+        if result.rejected:
+            lines.append(f"| {result.phase} | **run rejected** | — | | | | {result.rejected} |")
+        for f in result.figures:
+            ratio = f"{fmt(f.ratio)} × {f.reference}" if f.ratio is not None else ""
+            met = {True: "yes", False: "**no**", None: ""}[f.ok]
+            lines.append(
+                f"| {f.phase} | {f.metric} | {fmt(f.value)} | {f.unit} | {ratio} | {f.target} "
+                f"| {met} |"
+            )
+    return lines
+
+
+def report(
+    results: dict[str, PhaseResult], environment: dict[str, str], quick: bool, seconds: float
+) -> str:
+    now = datetime.datetime.now(datetime.UTC).strftime("%Y-%m-%d %H:%M UTC")
+    lines = [
+        f"### Run of {now} ({'--quick' if quick else 'full'}, {seconds:.0f} s)",
+        "",
+        "Environment: "
+        + "; ".join(
+            f"{key} {value}"
+            for key, value in environment.items()
+            if not key.startswith("package ") or key.endswith(("Django", "django-q2", "psycopg"))
+        ),
+        "",
+        "Packages: "
+        + ", ".join(
+            f"{key.removeprefix('package ')} {value}"
+            for key, value in environment.items()
+            if key.startswith("package ")
+        ),
+        "",
+        *table(results),
+        "",
+        "Sizes:",
+        "",
+    ]
+    for result in results.values():
+        sizes = ", ".join(f"{k} {v}" for k, v in result.sizes.items())
+        lines.append(f"- {result.phase} ({result.seconds:.0f} s): {sizes}")
+    notes = [(r.phase, note) for r in results.values() for note in r.notes]
+    peers = results.get("peers")
+    if peers:
+        for figure in peers.figures:
+            if figure.note:
+                notes.append(
+                    ("peers", f"{figure.metric.removesuffix(' end to end')}: {figure.note}")
+                )
+    if notes:
+        lines += ["", "Notes:", ""]
+        lines += [f"- {phase}: {note}" for phase, note in notes]
+    return "\n".join(lines) + "\n"
+
+
+def write_results(text: str) -> None:
+    body = RESULTS.read_text() if RESULTS.exists() else f"# Benchmark results\n\n{BEGIN}\n{END}\n"
+    if BEGIN not in body or END not in body:
+        body += f"\n{BEGIN}\n{END}\n"
+    head, rest = body.split(BEGIN, 1)
+    _, tail = rest.split(END, 1)
+    RESULTS.write_text(f"{head}{BEGIN}\n{text}{END}{tail}")
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__)
+    parser.add_argument("--quick", action="store_true", help="small sizes: about a minute")
+    parser.add_argument("--phases", nargs="*", choices=list(PHASES), default=list(PHASES))
+    parser.add_argument(
+        "--no-write", action="store_true", help="print the table, leave RESULTS.md alone"
+    )
+    args = parser.parse_args()
+    started = time.perf_counter()
+    environment = env.collect()
+    say("environment:")
+    for key, value in environment.items():
+        print(f"    {key:32} {value}", flush=True)
+    say(f"sizes ({'quick' if args.quick else 'full'}): {sizes_for(args.quick)}")
+    results: dict[str, PhaseResult] = {}
+    phases = [name for name in PHASES if name in args.phases]
+    try:
+        if NEEDS_TEMPLATE & set(phases):
+            say(f"migrated template database in {migrate_template():.0f} s")
+        with tempfile.TemporaryDirectory(prefix="pop-bench-") as workdir:
+            for name in phases:
+                run_phase(name, args.quick, Path(workdir), results)
+    finally:
+        drop_database(TEMPLATE_DB)
+    cross_figures(results)
+    seconds = time.perf_counter() - started
+    text = report(results, environment, args.quick, seconds)
+    print()
+    print(text)
+    if not args.no_write:
+        write_results(text)
+        say(f"written to {RESULTS.relative_to(ROOT)}")
+    say(f"total {seconds:.0f} s")
+    if any(result.rejected for result in results.values()):
+        sys.exit(1)
+
+
+if __name__ == "__main__":
+    main()
