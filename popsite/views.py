@@ -49,7 +49,7 @@ from popsite.dashboard_selectors import (
     pools_overview,
 )
 from resourcepools.models import Customer, Membership
-from resourcepools.selectors import customer_list, has_role, insight_list
+from resourcepools.selectors import customer_list, has_role, insight_list, principal_is_staff
 from scheduling.api.selectors import schedule_list
 from scheduling.models import Schedule
 from scheduling.schedule_services import schedule_pause, schedule_resume, schedule_trigger
@@ -667,7 +667,8 @@ def template_detail(request: HttpRequest, template_id: object) -> HttpResponse:
         "form": form,
         "preview": preview,
         "can_run": can_run,
-        "single_customer": customers.count() == 1,
+        # Staff always name the customer: the service never guesses one for them.
+        "single_customer": not principal_is_staff(request.user) and customers.count() == 1,
         "agenda_json": pretty_json(template.agenda),
         "static_parameters": pretty_json(template.static_parameters or {}),
         "payload_schema": pretty_json(template.payload_schema) if template.payload_schema else "",
