@@ -580,7 +580,7 @@ class TemplateRunForm(forms.Form):
         queryset=Customer.objects.none(),
         required=False,
         label="Run for customer",
-        empty_label="(my only customer)",
+        empty_label="— choose a customer —",
     )
     link_id = forms.CharField(required=False, max_length=255, label="Link id")
     external_id = forms.CharField(required=False, max_length=255, label="External id")
