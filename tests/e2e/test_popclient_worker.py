@@ -1,7 +1,7 @@
 """The reference puller (popclient worker) against the live server's puller API.
 
-Fills come from the on-commit nudge run in-process (POP_FILL_NUDGE=sync), so no cluster is
-needed here. Every agenda succeeds; one whose second operation fails once is retried at the
+Fills come from the on-commit nudge run in-process (POP_FILL_NUDGE=sync, unthrottled), so
+no cluster is needed here. Every agenda succeeds; one whose second operation fails once is retried at the
 point of failure: its first operation's handler runs only once and its result is reused.
 """
 
@@ -24,6 +24,8 @@ def test_the_popclient_worker_runs_agendas_and_resumes_a_retry_at_the_point_of_f
     live_server, settings, submitter, submit_agenda, insight, worker
 ):
     settings.POP_FILL_NUDGE = "sync"
+    # No cluster here, so no periodic fill to catch what a throttled nudge leaves behind.
+    settings.POP_FILL_NUDGE_MIN_INTERVAL = 0
     calls: Counter = Counter()
     lock = threading.Lock()
 
