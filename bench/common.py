@@ -201,6 +201,7 @@ def make_world(
     weights: Sequence[int] | None = None,
     lease_seconds: int = 600,
     slug_prefix: str = "bench",
+    operation_types: Sequence[str] = ("noop",),
 ) -> World:
     """A pool owner with a worker, one insight for `noop` operations, and `customers`
     submitting customers (each with a submitter user and an API token)."""
@@ -219,7 +220,7 @@ def make_world(
         name=f"{slug_prefix}-noop",
         queue_size=queue_size,
         scheduling_algorithm=algorithm,
-        mappers={"operation_type": ["noop"]},
+        mappers={"operation_type": list(operation_types)},
         is_global=True,
         lease_seconds=lease_seconds,
     )

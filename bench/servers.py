@@ -141,6 +141,7 @@ def pop_worker(
     name: str,
     concurrency: int = 10,
     extra: list[str] | None = None,
+    env: dict[str, str] | None = None,
 ) -> Process:
     argv = [
         PYTHON,
@@ -159,8 +160,7 @@ def pop_worker(
         name,
         *(extra or []),
     ]
-    env = {**os.environ, "PYTHONPATH": str(ROOT)}
-    return spawn(name, argv, env, logs)
+    return spawn(name, argv, {**os.environ, "PYTHONPATH": str(ROOT), **(env or {})}, logs)
 
 
 def wait_http(url: str, process: Process, timeout: float = 60.0) -> None:
