@@ -5,7 +5,7 @@ VENV := .venv
 PY := $(VENV)/bin/python
 TEST_DATABASE_URL ?= postgres://postgres@127.0.0.1:5432/pop
 
-.PHONY: run test venv lint format bench clean
+.PHONY: run test venv lint format bench cluster-demo clean
 
 $(VENV)/.installed: requirements.txt requirements-dev.txt pyproject.toml
 	test -x $(PY) || $(PYTHON) -m venv $(VENV)
@@ -33,6 +33,16 @@ lint: venv
 format: venv
 	$(VENV)/bin/ruff format .
 	$(VENV)/bin/ruff check --fix .
+
+## Benchmarks against the raw limit and the peers, figures into bench/RESULTS.md;
+## BENCH_ARGS=--quick for the short form. Needs PostgreSQL and Redis on 127.0.0.1.
+bench: venv
+	$(PY) -m pip install --quiet -r bench/requirements.txt
+	$(PY) -m bench.compare $(BENCH_ARGS)
+
+## Scale-out run: 2 web nodes, 2 qclusters, 4 workers, one killed of each midway.
+cluster-demo: venv
+	$(PY) scripts/cluster_demo.py $(DEMO_ARGS)
 
 clean:
 	rm -rf $(VENV) db.sqlite3 db.sqlite3-* staticfiles test-output
