@@ -476,7 +476,7 @@ FULL_SIZES: dict[str, Any] = {
     "http_seconds": 30.0,  # end to end over HTTP: the submitter stops after this long
     "http_agendas": 20_000,  # … or after this many
     "http_waiting": 100_000,  # ready agendas behind the queue for the pull-latency run
-    "http_latency_pulls": 400,  # pulls timed with that backlog
+    "http_latency_pulls": 300,  # pulls timed with that backlog
     "idle_probes": 8,  # idle submit -> pullable probes
     "heartbeat_seconds": 5.0,  # the report endpoint alone
     "peer_jobs": 5000,  # peers: jobs per run (end to end, then drain-only)
