@@ -33,13 +33,14 @@ from bench.common import (
 PHASES = {
     "limit": "bench.limit",
     "engine": "bench.engine",
+    "setbased": "bench.setbased",
     "e2e": "bench.e2e",
     "http": "bench.over_http",
     "peers": "bench.peers",
     "fill": "bench.fill_cost",
     "fairness": "bench.fairness",
 }
-NEEDS_TEMPLATE = {"engine", "e2e", "http", "fill", "fairness"}
+NEEDS_TEMPLATE = {"engine", "setbased", "e2e", "http", "fill", "fairness"}
 RESULTS = ROOT / "bench" / "RESULTS.md"
 BEGIN, END = "<!-- bench:begin -->", "<!-- bench:end -->"
 
@@ -49,7 +50,7 @@ def run_phase(name: str, quick: bool, workdir: Path, results: dict[str, PhaseRes
     argv = [PYTHON, "-m", PHASES[name], "--out", str(out)]
     if quick:
         argv.append("--quick")
-    if name == "engine" and "limit" in results:
+    if name in ("engine", "setbased") and "limit" in results:
         limit = workdir / "limit.json"
         argv += ["--limit", str(limit)]
     say(f"phase {name} …")

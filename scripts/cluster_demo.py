@@ -4,7 +4,7 @@ Two gunicorn web nodes on two ports behind a small round-robin TCP load balancer
 here, skipping a node that refuses connections), two `manage.py qcluster` scheduler nodes, four
 `pop worker` pullers, and one PostgreSQL database of their own (`pop_bench_cluster`, created
 and dropped). 2,000 agendas of 5 customers (two operations each: `first`, then `second`
-depending on it, 0.2 s) are submitted in bulk through the load balancer. When about a third have
+depending on it, 0.5 s) are submitted in bulk through the load balancer. When about a third have
 succeeded, one web node, one cluster and one worker are killed with SIGKILL.
 
 At the end it checks, and exits non-zero unless all hold:
@@ -160,8 +160,13 @@ def run(*, agendas: int, customers: int, timeout: float, dbname: str, keep: bool
             counts = state_counts(dbname)
             succeeded = counts.get("succeeded", 0)
             if not killed and succeeded >= agendas // 3:
-                # The worker holding the most leases: its agendas must be reclaimed and rerun.
-                victim = busiest_worker(dbname) or "worker1"
+                # The worker holding the most leases: its agendas must be reclaimed and rerun
+                # (wait a little for one to hold some: workers idle while submits trickle in).
+                victim, waited = busiest_worker(dbname), time.monotonic()
+                while victim is None and time.monotonic() - waited < 10:
+                    time.sleep(0.05)
+                    victim = busiest_worker(dbname)
+                victim = victim or "worker1"
                 killed = ["web1", "cluster1", victim]
                 for name in killed:
                     processes[name].kill()
@@ -211,7 +216,7 @@ def submit(url: str, world, total: int) -> None:
 
     operations = [
         {"name": "first", "type": "demo", "payload": {}},
-        {"name": "second", "type": "demo", "payload": {"seconds": 0.2}, "depends_on": ["first"]},
+        {"name": "second", "type": "demo", "payload": {"seconds": 0.5}, "depends_on": ["first"]},
     ]
     clients = [PopClient(url, world.tokens[c], timeout=120, retries=5) for c in world.customers]
     sent, turn = 0, 0
