@@ -15,7 +15,8 @@ From database timestamps (pull times) and the commit time of the small submits:
   customers got in that window (1.0 = equal shares);
 - the flooder's pull rate over the two fill periods after the small submits, against its rate
   over the same length before them (alone); also its share of pulls inside the window.
-fifo is the control: the flood, older, must win (the small customers wait behind it).
+fifo is the control: the flood, older, must win (the small customers wait behind it). A third
+run repeats round_robin with POP_FILL_NUDGE_MIN_INTERVAL=0 (no per-process nudge throttle).
 
 weighted_fair: three customers with weights 1:2:4, each with a backlog longer than the run,
 queue_size 100, pullers pull 50; the share each got over the first `weighted_pulls` pulls
@@ -245,18 +246,22 @@ def record(result: PhaseResult, algorithm: str, figures: dict) -> None:
         f"during vs {figures['flood_alone_rate']:.0f}/s alone"
         + ("" if served else "  (NOT all small agendas pulled before the run stopped)")
     )
-    for customer, p in sorted(figures["per_customer"].items(), key=lambda i: i[1]["rank"]):
-        result.notes.append(
-            f"{algorithm}: small customer {customer[:8]} rank {p['rank']}: first pull "
-            f"{_ms(p['first_ms'])} ({_periods(p['first_ms'])} FP), last {_ms(p['last_ms'])} "
-            f"({_periods(p['last_ms'])} FP), {p['pulled']} pulled"
+    ranked = sorted(figures["per_customer"].items(), key=lambda i: i[1]["rank"])
+    result.notes.append(
+        f"{algorithm}: small customers by rank — customer: first / last pull after the submit "
+        "(fill periods), pulled: "
+        + "; ".join(
+            f"#{p['rank']} {customer[:8]}: {_ms(p['first_ms'])} / {_ms(p['last_ms'])} "
+            f"({_periods(p['first_ms'])} / {_periods(p['last_ms'])}), {p['pulled']}"
+            for customer, p in ranked
         )
+    )
     result.notes.append(
         f"{algorithm}: pulls per second around the small submits (flooder/small): "
         f"{figures['timeline']}; all customers {figures['total_contention_rate']:.0f}/s during "
         f"vs {figures['total_alone_rate']:.0f}/s alone"
     )
-    control = algorithm == "fifo"
+    control = algorithm.startswith("fifo")
     result.add(
         f"{algorithm}: last small pull (worst customer)",
         worst_last,
@@ -340,14 +345,26 @@ def run(*, quick: bool) -> PhaseResult:
             ready_only=True,
         )
         say(f"  fairness: flood of {flood} ready agendas built in {built:.0f} s")
-        for algorithm in ("round_robin", "fifo"):
-            dbname = f"{BASE_DB}_{algorithm}"
+        from django.conf import settings
+
+        default_throttle = settings.POP_FILL_NUDGE_MIN_INTERVAL
+        # The third run repeats round_robin with the per-process fill-nudge throttle off, to
+        # separate the algorithm from the fill stalls the throttle causes (bench/RESULTS.md).
+        runs = [
+            ("round_robin", "round_robin", default_throttle),
+            ("fifo", "fifo", default_throttle),
+            ("round_robin, nudge throttle 0", "round_robin", 0.0),
+        ]
+        for label, algorithm, throttle in runs:
+            dbname = f"{BASE_DB}_run"
             create_database(dbname, template=BASE_DB)
+            settings.POP_FILL_NUDGE_MIN_INTERVAL = throttle  # the forked roles inherit it
             try:
                 vacuum_analyze(dbname)
                 figures = contention(dbname, world, algorithm, alone, timeout, small_each)
-                record(result, algorithm, figures)
+                record(result, label, figures)
             finally:
+                settings.POP_FILL_NUDGE_MIN_INTERVAL = default_throttle
                 close_django_connections()
                 drop_database(dbname)
         dbname = f"{BASE_DB}_weighted"
