@@ -500,11 +500,11 @@ QUICK_SIZES: dict[str, Any] = {
     "http_seconds": 6.0,
     "http_agendas": 2000,
     "http_waiting": 20_000,
-    "http_latency_pulls": 60,
-    "idle_probes": 3,
+    "http_latency_pulls": 40,
+    "idle_probes": 2,
     "heartbeat_seconds": 2.0,
-    "peer_jobs": 500,
-    "peer_seconds": 4,
+    "peer_jobs": 300,
+    "peer_seconds": 2.5,
     "fill_sizes": [1000, 20_000],
     "fill_customers": 10,
     "fill_repeats": 3,
@@ -512,8 +512,8 @@ QUICK_SIZES: dict[str, Any] = {
     "small_customers": 10,
     "small_each": 10,
     "contention_seconds": 10.0,
-    "weighted_pulls": 700,
-    "weighted_seconds": 25.0,
+    "weighted_pulls": 400,
+    "weighted_seconds": 15.0,
 }
 
 

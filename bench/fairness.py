@@ -355,6 +355,8 @@ def run(*, quick: bool) -> PhaseResult:
             ("fifo", "fifo", default_throttle),
             ("round_robin, nudge throttle 0", "round_robin", 0.0),
         ]
+        if quick:  # the short form: one flood run
+            runs = runs[:1]
         for label, algorithm, throttle in runs:
             dbname = f"{BASE_DB}_run"
             create_database(dbname, template=BASE_DB)

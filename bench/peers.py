@@ -61,14 +61,14 @@ def stop(processes: list) -> None:
         if isinstance(process, subprocess.Popen):
             if process.poll() is None:
                 os.killpg(process.pid, 15)
-            try:
-                process.wait(timeout=10)
+            try:  # measured already: a short grace, then kill
+                process.wait(timeout=2)
             except subprocess.TimeoutExpired:
                 os.killpg(process.pid, 9)
                 process.wait()
         else:  # multiprocessing.Process
             process.terminate()
-            process.join(timeout=10)
+            process.join(timeout=2)
             if process.is_alive():
                 process.kill()
                 process.join()
