@@ -94,7 +94,8 @@ class Celery:
         )
 
     def setup(self) -> None:
-        self.redis.delete(self.module.QUEUE, self.module.COUNTER, "unacked", "unacked_index")
+        keys = [self.module.QUEUE, self.module.COUNTER, "unacked", "unacked_index"]
+        self.redis.delete(*keys, *self.redis.keys("_kombu.binding*"))
 
     def teardown(self) -> None:
         self.setup()
