@@ -246,6 +246,12 @@ def operation_set_state(
         operation.completed_at = None
         changed += ["attempt_count", "started_at", "completed_at"]
     elif target in OPERATION_TERMINAL:
+        if operation.state == OpState.WAITING and target in (OpState.SUCCEEDED, OpState.FAILED):
+            # Reports are sparse (DESIGN §5.4): an operation that started and finished between
+            # two reports arrives only as done. It still ran once, starting no later than now.
+            operation.attempt_count += 1
+            operation.started_at = now
+            changed += ["attempt_count", "started_at"]
         operation.completed_at = now
         changed.append("completed_at")
         if target == OpState.SUCCEEDED:
