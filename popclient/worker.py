@@ -18,9 +18,9 @@ endpoint ``executions/report/``, all those due at the same moment in one call.
 
 Shutdown (:meth:`Worker.stop`, SIGTERM in the CLI): stop pulling, let running agendas
 finish for up to ``drain_seconds``, then hand back what still runs: its handlers are
-cancelled and it is reported ``failed`` with a ``worker_shutdown`` diagnostic, so the
-server retries it at the point of failure (succeeded operations are kept). ``paused`` is
-deliberately not used: a paused agenda waits for a person to resume it.
+cancelled and it is reported ``failed`` (message "worker W shut down; handed back for
+retry"), so the server retries it at the point of failure (succeeded operations are
+kept). ``paused`` is deliberately not used: a paused agenda waits for a person to resume it.
 
 Run it in a thread for tests: ``Worker(client, insight).run()`` returns an exit code;
 ``stop()`` from another thread.

@@ -171,6 +171,16 @@ POP_ALERT_INTERVAL = env.float("POP_ALERT_INTERVAL", default=30.0)
 POP_CALLBACK_ALLOW_PRIVATE = env.bool("POP_CALLBACK_ALLOW_PRIVATE", default=False)
 POP_CALLBACK_TIMEOUT = env.float("POP_CALLBACK_TIMEOUT", default=5.0)
 POP_CALLBACK_MAX_ATTEMPTS = env.int("POP_CALLBACK_MAX_ATTEMPTS", default=8)
+# Callback delivery: backoff (doubling, capped), batch size, threads per batch, round budget.
+POP_CALLBACK_BACKOFF_SECONDS = env.float("POP_CALLBACK_BACKOFF_SECONDS", default=10.0)
+POP_CALLBACK_BACKOFF_CAP_SECONDS = env.float("POP_CALLBACK_BACKOFF_CAP_SECONDS", default=3600.0)
+POP_CALLBACK_BATCH_SIZE = env.int("POP_CALLBACK_BATCH_SIZE", default=50)
+POP_CALLBACK_CONCURRENCY = env.int("POP_CALLBACK_CONCURRENCY", default=8)
+POP_CALLBACK_RUN_SECONDS = env.float("POP_CALLBACK_RUN_SECONDS", default=30.0)
+# How late a cron occurrence may still fire as on time (default: max(60, 3 x POP_CRON_INTERVAL)).
+POP_CRON_MISFIRE_GRACE_SECONDS = env.float(
+    "POP_CRON_MISFIRE_GRACE_SECONDS", default=max(60.0, 3 * POP_CRON_INTERVAL)
+)
 POP_RETRY_DELAY_CAP_SECONDS = env.int("POP_RETRY_DELAY_CAP_SECONDS", default=600)
 POP_REAP_BATCH_SIZE = env.int("POP_REAP_BATCH_SIZE", default=1000)
 # Nudge a fill through django-q2 (async) or run it in the request's on_commit hook (sync).

@@ -1,8 +1,9 @@
 """The reference puller (popclient worker) against the live server's puller API.
 
 Fills come from the on-commit nudge run in-process (POP_FILL_NUDGE=sync, unthrottled), so
-no cluster is needed here. Every agenda succeeds; one whose second operation fails once is retried at the
-point of failure: its first operation's handler runs only once and its result is reused.
+no cluster is needed here. Every agenda succeeds; one whose second operation fails once is
+retried at the point of failure: its first operation's handler runs only once and its
+result is reused.
 """
 
 import threading
