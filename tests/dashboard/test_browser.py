@@ -4,10 +4,13 @@ Chromium comes from the `chromium` package (`/usr/bin/chromium`); nothing is dow
 Screenshots land in test-output/dashboard/ (git-ignored) for a human to look at.
 """
 
+import os
 import re
 from datetime import timedelta
 from pathlib import Path
+from urllib.parse import urlsplit
 
+import playwright.sync_api as playwright_sync
 import pytest
 from django.utils import timezone
 
@@ -15,8 +18,9 @@ from agendas.models import AgendaProgress
 from agendas.services import agenda_abort
 from scheduling.models import QueuedAgenda, ReadyAgenda
 
-playwright_sync = pytest.importorskip("playwright.sync_api")
 expect = playwright_sync.expect
+# CI must run these: there a missing browser is a failure, not a skip (.ci/run installs it).
+IN_CI = os.environ.get("CI") == "true"
 
 CHROMIUM = Path("/usr/bin/chromium")
 SCREENSHOTS = Path(__file__).resolve().parents[2] / "test-output" / "dashboard"
@@ -25,7 +29,9 @@ PHONE = {"width": 390, "height": 844}
 
 pytestmark = [
     pytest.mark.django_db(transaction=True),
-    pytest.mark.skipif(not CHROMIUM.exists(), reason="needs Debian's chromium package"),
+    pytest.mark.skipif(
+        not CHROMIUM.exists() and not IN_CI, reason="needs Debian's chromium package"
+    ),
 ]
 
 
@@ -50,11 +56,22 @@ def browser():
 
 @pytest.fixture
 def open_page(browser, live_server):
-    """A fresh browser context (no cookies) at the given viewport, logged in as `username`."""
+    """A fresh browser context (no cookies) at the given viewport, logged in as `username`.
+
+    Every request the pages make is recorded: none may leave the server (no CDN, no fonts).
+    """
     contexts = []
+    outside: list[str] = []
+    server = urlsplit(live_server.url).netloc
+
+    def record(request) -> None:
+        parts = urlsplit(request.url)
+        if parts.scheme in ("http", "https", "ws", "wss") and parts.netloc != server:
+            outside.append(request.url)
 
     def open_as(username: str, viewport: dict = DESKTOP):
         context = browser.new_context(viewport=viewport, base_url=live_server.url)
+        context.on("request", record)
         contexts.append(context)
         page = context.new_page()
         page.set_default_timeout(10_000)
@@ -68,6 +85,7 @@ def open_page(browser, live_server):
     yield open_as
     for context in contexts:
         context.close()
+    assert outside == [], f"pages loaded assets from outside the server: {outside}"
 
 
 def screenshot(page, name: str) -> None:
