@@ -25,8 +25,15 @@ Role = Membership.Role
 State = Schedule.State
 
 
-def schedule_next_run(*, cron_expression: str, zone_name: str, after: datetime) -> datetime:
-    """The first time after `after` the expression fires in its zone (aware, UTC).
+def schedule_next_run(
+    *,
+    cron_expression: str,
+    zone_name: str,
+    after: datetime,
+    not_before: datetime | None = None,
+) -> datetime:
+    """The first time after `after`, and at or after `not_before`, the expression fires in its
+    zone (aware, UTC).
 
     Raises ValidationError naming `cron` and/or `timezone` when either is unusable.
     """
@@ -40,7 +47,7 @@ def schedule_next_run(*, cron_expression: str, zone_name: str, after: datetime) 
     }
     if errors:
         raise ValidationError(errors)
-    return cron.next_run(cron_expression, zone_name, after)
+    return cron.next_run(cron_expression, zone_name, after, not_before=not_before)
 
 
 def _check(schedule: Schedule) -> None:
@@ -58,9 +65,12 @@ def _check(schedule: Schedule) -> None:
 
 
 def _plan(schedule: Schedule, now: datetime) -> None:
-    start = max(now, schedule.start_at) if schedule.start_at else now
+    # start_at is inclusive, as in the cron pass (cron_services._next_after).
     schedule.next_run_at = schedule_next_run(
-        cron_expression=schedule.cron, zone_name=schedule.timezone, after=start
+        cron_expression=schedule.cron,
+        zone_name=schedule.timezone,
+        after=now,
+        not_before=schedule.start_at,
     )
 
 

@@ -208,6 +208,25 @@ def test_a_schedule_does_not_fire_before_start_at(make_schedule):
     assert len(runs_of(schedule)) == 1
 
 
+def test_a_schedule_whose_start_at_is_a_run_time_fires_at_start_at(make_schedule, admin_member):
+    with time_machine.travel(utc(2026, 5, 4, 9, 30), tick=False) as clock:
+        schedule = make_schedule(start_at=utc(2026, 5, 4, 12))
+        assert schedule.next_run_at == utc(2026, 5, 4, 12)
+        clock.move_to(utc(2026, 5, 4, 12, 0, 5))
+        assert schedules_run_due() == CronRun(fired=1)
+        schedule.refresh_from_db()
+        assert schedule.next_run_at == utc(2026, 5, 4, 13)
+
+        # Pausing and resuming before start_at plans start_at again, as creating does.
+        paused = make_schedule(name="later", start_at=utc(2026, 5, 5, 6))
+        clock.move_to(utc(2026, 5, 4, 20))
+        schedule_pause(principal=admin_member.user, schedule=paused)
+        resumed = schedule_resume(principal=admin_member.user, schedule=paused)
+        assert resumed.next_run_at == utc(2026, 5, 5, 6)
+
+    assert len(runs_of(schedule)) == 1
+
+
 def test_a_schedule_saved_without_a_planned_run_is_planned_from_start_at_not_fired(
     customer, template
 ):
