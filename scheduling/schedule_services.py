@@ -65,13 +65,16 @@ def _check(schedule: Schedule) -> None:
 
 
 def _plan(schedule: Schedule, now: datetime) -> None:
-    # start_at is inclusive, as in the cron pass (cron_services._next_after).
-    schedule.next_run_at = schedule_next_run(
+    # start_at is inclusive, as in the cron pass (cron_services._next_after). Computed even
+    # for an expired schedule: that checks the cron expression and the zone.
+    next_run_at = schedule_next_run(
         cron_expression=schedule.cron,
         zone_name=schedule.timezone,
         after=now,
         not_before=schedule.start_at,
     )
+    # Expired is final (cron_services.schedules_expire): it has no next run to show.
+    schedule.next_run_at = None if schedule.state == State.EXPIRED else next_run_at
 
 
 def _save(schedule: Schedule, update_fields: list[str] | None) -> None:

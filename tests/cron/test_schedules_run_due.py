@@ -4,12 +4,13 @@ from datetime import UTC, datetime
 
 import pytest
 import time_machine
+from django.core.exceptions import ValidationError
 
 from agendas.models import AgendaProgress
 from agendas.services import agenda_abort
 from scheduling.cron_services import CronRun, schedules_run_due
 from scheduling.models import Schedule
-from scheduling.schedule_services import schedule_pause, schedule_resume
+from scheduling.schedule_services import schedule_pause, schedule_resume, schedule_update
 from tests.cron.conftest import runs_of
 
 pytestmark = pytest.mark.django_db
@@ -192,6 +193,29 @@ def test_a_paused_schedule_expires_too(make_schedule, admin_member):
 
     schedule.refresh_from_db()
     assert schedule.state == "expired"
+    assert runs_of(schedule) == []
+
+
+def test_changing_an_expired_schedule_plans_no_run_and_it_stays_expired(
+    make_schedule, admin_member
+):
+    with time_machine.travel(utc(2026, 5, 4, 9, 30), tick=False) as clock:
+        schedule = make_schedule(end_at=utc(2026, 5, 4, 9, 45))
+        clock.move_to(utc(2026, 5, 4, 9, 50))
+        assert schedules_run_due() == CronRun(expired=1)
+
+        changed = schedule_update(
+            principal=admin_member.user, schedule=schedule, end_at=utc(2026, 5, 5)
+        )
+        assert (changed.state, changed.next_run_at) == ("expired", None)
+        with pytest.raises(ValidationError) as refused:
+            schedule_update(principal=admin_member.user, schedule=schedule, cron="61 * * * *")
+        assert list(refused.value.message_dict) == ["cron"]
+        clock.move_to(utc(2026, 5, 4, 12, 0, 5))
+        assert schedules_run_due() == CronRun()
+
+    schedule.refresh_from_db()
+    assert (schedule.state, schedule.next_run_at) == ("expired", None)
     assert runs_of(schedule) == []
 
 
