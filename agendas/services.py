@@ -27,7 +27,6 @@ from resourcepools.selectors import (
     require_role,
 )
 from resourcepools.services import acting_customer
-from scheduling.models import CallbackDelivery
 
 Role = Membership.Role
 S = AgendaProgress.State
@@ -447,20 +446,3 @@ def agendas_submit_many(
         except PermissionDenied as error:
             results.append({"customer": [str(error)]})
     return results
-
-
-@transaction.atomic
-def callback_delivery_redeliver(
-    *, principal: Principal | None, delivery: CallbackDelivery
-) -> CallbackDelivery:
-    """Queue a callback for delivery again now, with a fresh set of attempts (customer admin)."""
-    require_role(principal, delivery.customer_id, Role.ADMIN)
-    delivery = CallbackDelivery.objects.select_for_update().get(pk=delivery.pk)
-    delivery.status = CallbackDelivery.Status.PENDING
-    delivery.attempts = 0
-    delivery.next_attempt_at = timezone.now()
-    delivery.last_error = ""
-    delivery.save(
-        update_fields=["status", "attempts", "next_attempt_at", "last_error", "updated_at"]
-    )
-    return delivery

@@ -40,6 +40,7 @@ from django.db import transaction
 from django.db.models import Exists, F, OuterRef
 from django.utils import timezone
 
+from agendas.states import InvalidTransition
 from resourcepools.models import Membership
 from resourcepools.selectors import Principal, require_role
 from scheduling import metrics
@@ -336,8 +337,8 @@ def _record(row: _Claimed, result: SendResult, *, now: datetime) -> str | None:
             fields = {"next_attempt_at": now + backoff(row.attempt), "last_error": error}
             outcome = "retried"
     with transaction.atomic():
-        # Conditional on our claim: a redelivery (attempts reset) or a rival that re-claimed
-        # an expired lease owns the row now, and our outcome is stale.
+        # Conditional on our claim: a rival that re-claimed an expired lease owns the row now,
+        # and our outcome is stale.
         updated = mine.update(last_status_code=result.status_code, updated_at=now, **fields)
     if not updated:
         return None
@@ -357,9 +358,18 @@ def _record(row: _Claimed, result: SendResult, *, now: datetime) -> str | None:
 def callback_redeliver(
     *, principal: Principal | None, delivery: CallbackDelivery
 ) -> CallbackDelivery:
-    """Queue a callback again now with a fresh set of attempts (customer admin); locks the row."""
+    """Queue a callback again now with a fresh set of attempts (customer admin); locks the row.
+
+    Only a delivered or failed row goes again: a pending one is still on its way (409).
+    """
     require_role(principal, delivery.customer_id, Membership.Role.ADMIN)
     delivery = CallbackDelivery.objects.select_for_update().get(pk=delivery.pk)
+    if delivery.status == Status.PENDING:
+        raise InvalidTransition(
+            f"Callback delivery {delivery.pk} is pending: it is still being delivered; "
+            "only a delivered or failed one can be delivered again.",
+            current_state=delivery.status,
+        )
     now = timezone.now()
     delivery.status = Status.PENDING
     delivery.attempts = 0

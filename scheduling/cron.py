@@ -81,8 +81,16 @@ def zone_of(name: str) -> ZoneInfo:
     return ZoneInfo(name)
 
 
-def next_run(expression: str, zone_name: str, after: datetime) -> datetime:
-    """The first time strictly after `after` that the expression fires in the zone (UTC)."""
+def next_run(
+    expression: str, zone_name: str, after: datetime, *, not_before: datetime | None = None
+) -> datetime:
+    """The first time strictly after `after` that the expression fires in the zone (UTC).
+
+    With `not_before` (a schedule's `start_at`), also not earlier than that moment, which is
+    itself a run time when the expression fires then: the start is inclusive.
+    """
+    if not_before is not None and not_before > after:
+        after = not_before - timedelta.resolution
     return next(runs_after(expression, zone_name, after))
 
 

@@ -146,10 +146,7 @@ def _schedule_run(schedule: Schedule, *, now: datetime) -> str:
 
 def _next_after(schedule: Schedule, moment: datetime) -> datetime:
     """The first run time after `moment`, and not before `start_at` (which may be one)."""
-    start = moment
-    if schedule.start_at is not None and schedule.start_at > moment:
-        start = schedule.start_at - timedelta.resolution
-    return cron.next_run(schedule.cron, schedule.timezone, start)
+    return cron.next_run(schedule.cron, schedule.timezone, moment, not_before=schedule.start_at)
 
 
 def _move_on(

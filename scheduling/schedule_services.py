@@ -25,8 +25,15 @@ Role = Membership.Role
 State = Schedule.State
 
 
-def schedule_next_run(*, cron_expression: str, zone_name: str, after: datetime) -> datetime:
-    """The first time after `after` the expression fires in its zone (aware, UTC).
+def schedule_next_run(
+    *,
+    cron_expression: str,
+    zone_name: str,
+    after: datetime,
+    not_before: datetime | None = None,
+) -> datetime:
+    """The first time after `after`, and at or after `not_before`, the expression fires in its
+    zone (aware, UTC).
 
     Raises ValidationError naming `cron` and/or `timezone` when either is unusable.
     """
@@ -40,7 +47,7 @@ def schedule_next_run(*, cron_expression: str, zone_name: str, after: datetime) 
     }
     if errors:
         raise ValidationError(errors)
-    return cron.next_run(cron_expression, zone_name, after)
+    return cron.next_run(cron_expression, zone_name, after, not_before=not_before)
 
 
 def _check(schedule: Schedule) -> None:
@@ -58,10 +65,16 @@ def _check(schedule: Schedule) -> None:
 
 
 def _plan(schedule: Schedule, now: datetime) -> None:
-    start = max(now, schedule.start_at) if schedule.start_at else now
-    schedule.next_run_at = schedule_next_run(
-        cron_expression=schedule.cron, zone_name=schedule.timezone, after=start
+    # start_at is inclusive, as in the cron pass (cron_services._next_after). Computed even
+    # for an expired schedule: that checks the cron expression and the zone.
+    next_run_at = schedule_next_run(
+        cron_expression=schedule.cron,
+        zone_name=schedule.timezone,
+        after=now,
+        not_before=schedule.start_at,
     )
+    # Expired is final (cron_services.schedules_expire): it has no next run to show.
+    schedule.next_run_at = None if schedule.state == State.EXPIRED else next_run_at
 
 
 def _save(schedule: Schedule, update_fields: list[str] | None) -> None:

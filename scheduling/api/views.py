@@ -11,7 +11,6 @@ from rest_framework.response import Response
 from agendas.api.serializers import AgendaSerializer
 from agendas.api.views import agenda_detail
 from agendas.selectors import agenda_list
-from agendas.services import callback_delivery_redeliver
 from popsite.api import CONFLICT_RESPONSE, CustomerScopedViewSet, Pagination, ServiceWritesMixin
 from resourcepools.selectors import insight_list
 from scheduling.api.filters import AlertFilter, CallbackDeliveryFilter, QueueFilter, ScheduleFilter
@@ -22,6 +21,7 @@ from scheduling.api.serializers import (
     QueueSerializer,
     ScheduleSerializer,
 )
+from scheduling.callbacks import callback_redeliver
 from scheduling.schedule_services import (
     schedule_create,
     schedule_delete,
@@ -107,12 +107,12 @@ class CallbackDeliveryViewSet(
 
     @extend_schema(
         request=None,
-        responses={200: CallbackDeliverySerializer},
-        summary="Deliver this callback again now, with a fresh set of attempts.",
+        responses={200: CallbackDeliverySerializer, 409: CONFLICT_RESPONSE},
+        summary="Deliver a delivered or failed callback again now, with a fresh set of attempts.",
     )
     @action(detail=True, methods=["post"])
     def redeliver(self, request: Request, pk: str) -> Response:
-        delivery = callback_delivery_redeliver(principal=request.user, delivery=self.get_object())
+        delivery = callback_redeliver(principal=request.user, delivery=self.get_object())
         return Response(self.get_serializer(delivery).data)
 
 

@@ -22,7 +22,7 @@ def delivery(with_callback_url, submitter, agenda_in_state):
     agenda_abort(principal=submitter.user, agenda=agenda)
     (row,) = CallbackDelivery.objects.filter(agenda=agenda, event="aborted")
     CallbackDelivery.objects.filter(pk=row.pk).update(
-        status="failed", attempts=8, last_error="timeout"
+        status="failed", attempts=8, last_error="timeout", last_status_code=504
     )
     return row
 
@@ -45,9 +45,21 @@ def test_an_admin_redelivers_a_failed_callback(admin_client, delivery):
     response = admin_client.post(f"/api/v1/callback-deliveries/{delivery.pk}/redeliver/")
 
     assert response.status_code == 200
+    assert (response.json()["status"], response.json()["attempts"]) == ("pending", 0)
     delivery.refresh_from_db()
     assert (delivery.status, delivery.attempts, delivery.last_error) == ("pending", 0, "")
+    assert (delivery.last_status_code, delivery.delivered_at) == (None, None)
     assert delivery.next_attempt_at <= timezone.now()
+
+
+def test_a_pending_callback_is_not_redelivered_409(admin_client, delivery):
+    CallbackDelivery.objects.filter(pk=delivery.pk).update(status="pending", attempts=3)
+    before = CallbackDelivery.objects.filter(pk=delivery.pk).values().get()
+
+    response = admin_client.post(f"/api/v1/callback-deliveries/{delivery.pk}/redeliver/")
+
+    assert (response.status_code, response.json()["current_state"]) == (409, "pending")
+    assert CallbackDelivery.objects.filter(pk=delivery.pk).values().get() == before
 
 
 def test_a_submitter_may_not_redeliver(client, delivery):

@@ -7,6 +7,7 @@ import time_machine
 from django.core.exceptions import PermissionDenied
 
 from agendas.services import agenda_abort, agenda_pause
+from agendas.states import InvalidTransition
 from scheduling import services
 from scheduling.callbacks import DeliveryRun, backoff, callback_redeliver, callbacks_deliver
 from scheduling.models import CallbackDelivery
@@ -281,6 +282,37 @@ def test_an_admin_redelivers_a_failed_callback_with_a_fresh_set_of_attempts(
     assert callbacks_deliver() == DeliveryRun(delivered=1)
     row.refresh_from_db()
     assert (row.status, row.attempts, row.last_status_code) == ("delivered", 1, 200)
+    assert receiver.events() == ["paused", "paused"]
+
+
+def test_only_a_delivered_or_failed_callback_is_redelivered_not_a_pending_one(
+    submitter, admin_member, calls_back_to, submit_agenda, http_receiver
+):
+    receiver = http_receiver()
+    calls_back_to(receiver.url)
+    agenda = submit_agenda(submitter)
+    agenda_pause(principal=submitter.user, agenda=agenda)
+    [row] = _rows(agenda)
+
+    with pytest.raises(InvalidTransition) as refused:
+        callback_redeliver(principal=admin_member.user, delivery=row)
+    assert refused.value.current_state == "pending"
+    row.refresh_from_db()
+    assert (row.status, row.attempts) == ("pending", 0)
+
+    assert callbacks_deliver() == DeliveryRun(delivered=1)
+    row.refresh_from_db()
+    assert (row.status, row.last_status_code) == ("delivered", 200)
+    assert row.delivered_at is not None
+
+    again = callback_redeliver(principal=admin_member.user, delivery=row)
+    assert (again.status, again.attempts, again.last_status_code, again.delivered_at) == (
+        "pending",
+        0,
+        None,
+        None,
+    )
+    assert callbacks_deliver() == DeliveryRun(delivered=1)
     assert receiver.events() == ["paused", "paused"]
 
 

@@ -82,6 +82,17 @@ def test_next_run_is_strictly_after_the_given_time_and_macros_work():
     assert next_run("*/5 * * * *", "UTC", utc(2026, 1, 1, 10, 2, 30)) == utc(2026, 1, 1, 10, 5)
 
 
+def test_not_before_is_inclusive_and_only_counts_when_later_than_after():
+    hourly, start = "0 * * * *", utc(2026, 1, 1, 12)
+    assert next_run(hourly, "UTC", utc(2026, 1, 1, 9, 30), not_before=start) == start
+    assert next_run(hourly, "UTC", utc(2026, 1, 1, 9), not_before=utc(2026, 1, 1, 12, 1)) == utc(
+        2026, 1, 1, 13
+    )
+    # A start in the past changes nothing: still strictly after `after`.
+    assert next_run(hourly, "UTC", start, not_before=start) == utc(2026, 1, 1, 13)
+    assert next_run(hourly, "UTC", start, not_before=utc(2025, 1, 1)) == utc(2026, 1, 1, 13)
+
+
 @pytest.mark.parametrize(
     ("expression", "message"),
     [

@@ -4,12 +4,13 @@ from datetime import UTC, datetime
 
 import pytest
 import time_machine
+from django.core.exceptions import ValidationError
 
 from agendas.models import AgendaProgress
 from agendas.services import agenda_abort
 from scheduling.cron_services import CronRun, schedules_run_due
 from scheduling.models import Schedule
-from scheduling.schedule_services import schedule_pause, schedule_resume
+from scheduling.schedule_services import schedule_pause, schedule_resume, schedule_update
 from tests.cron.conftest import runs_of
 
 pytestmark = pytest.mark.django_db
@@ -195,6 +196,29 @@ def test_a_paused_schedule_expires_too(make_schedule, admin_member):
     assert runs_of(schedule) == []
 
 
+def test_changing_an_expired_schedule_plans_no_run_and_it_stays_expired(
+    make_schedule, admin_member
+):
+    with time_machine.travel(utc(2026, 5, 4, 9, 30), tick=False) as clock:
+        schedule = make_schedule(end_at=utc(2026, 5, 4, 9, 45))
+        clock.move_to(utc(2026, 5, 4, 9, 50))
+        assert schedules_run_due() == CronRun(expired=1)
+
+        changed = schedule_update(
+            principal=admin_member.user, schedule=schedule, end_at=utc(2026, 5, 5)
+        )
+        assert (changed.state, changed.next_run_at) == ("expired", None)
+        with pytest.raises(ValidationError) as refused:
+            schedule_update(principal=admin_member.user, schedule=schedule, cron="61 * * * *")
+        assert list(refused.value.message_dict) == ["cron"]
+        clock.move_to(utc(2026, 5, 4, 12, 0, 5))
+        assert schedules_run_due() == CronRun()
+
+    schedule.refresh_from_db()
+    assert (schedule.state, schedule.next_run_at) == ("expired", None)
+    assert runs_of(schedule) == []
+
+
 def test_a_schedule_does_not_fire_before_start_at(make_schedule):
     with time_machine.travel(utc(2026, 5, 4, 9, 30), tick=False) as clock:
         schedule = make_schedule(start_at=utc(2026, 5, 4, 12, 10))
@@ -204,6 +228,25 @@ def test_a_schedule_does_not_fire_before_start_at(make_schedule):
             assert schedules_run_due() == CronRun()
         clock.move_to(utc(2026, 5, 4, 13, 0, 5))
         assert schedules_run_due() == CronRun(fired=1)
+
+    assert len(runs_of(schedule)) == 1
+
+
+def test_a_schedule_whose_start_at_is_a_run_time_fires_at_start_at(make_schedule, admin_member):
+    with time_machine.travel(utc(2026, 5, 4, 9, 30), tick=False) as clock:
+        schedule = make_schedule(start_at=utc(2026, 5, 4, 12))
+        assert schedule.next_run_at == utc(2026, 5, 4, 12)
+        clock.move_to(utc(2026, 5, 4, 12, 0, 5))
+        assert schedules_run_due() == CronRun(fired=1)
+        schedule.refresh_from_db()
+        assert schedule.next_run_at == utc(2026, 5, 4, 13)
+
+        # Pausing and resuming before start_at plans start_at again, as creating does.
+        paused = make_schedule(name="later", start_at=utc(2026, 5, 5, 6))
+        clock.move_to(utc(2026, 5, 4, 20))
+        schedule_pause(principal=admin_member.user, schedule=paused)
+        resumed = schedule_resume(principal=admin_member.user, schedule=paused)
+        assert resumed.next_run_at == utc(2026, 5, 5, 6)
 
     assert len(runs_of(schedule)) == 1
 
