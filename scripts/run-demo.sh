@@ -8,6 +8,12 @@ export POP_CALLBACK_ALLOW_PRIVATE="${POP_CALLBACK_ALLOW_PRIVATE:-true}"
 PORT="${PORT:-8000}"
 PY=.venv/bin/python
 mkdir -p run
+# One /metrics for the node: web workers and the cluster write their counters here.
+if [ -z "${PROMETHEUS_MULTIPROC_DIR:-}" ]; then
+    export PROMETHEUS_MULTIPROC_DIR="$PWD/run/metrics"
+    rm -rf "$PROMETHEUS_MULTIPROC_DIR"
+fi
+mkdir -p "$PROMETHEUS_MULTIPROC_DIR"
 
 $PY manage.py migrate --noinput
 $PY manage.py pop_schedules

@@ -3,10 +3,13 @@
 from datetime import timedelta
 
 import pytest
+import time_machine
 from django.utils import timezone
 from django_q.models import Task
+from prometheus_client import REGISTRY
 from prometheus_client.parser import text_string_to_metric_families
 
+from scheduling import services
 from scheduling.schedules import TICKER_FUNC
 
 pytestmark = pytest.mark.django_db
@@ -78,3 +81,36 @@ def test_readyz_needs_a_recent_ticker(client):
     assert stale.json()["checks"]["database"] == "ok"
     assert ready.status_code == 200
     assert ready.json() == {"status": "ok", "checks": {"database": "ok", "scheduler": "ok"}}
+
+
+def _counter(name: str, **labels: str) -> float:
+    return REGISTRY.get_sample_value(name, labels) or 0.0
+
+
+def test_outcome_reclaim_and_time_out_counters_count_what_happened(
+    submitter, submit_agenda, insight, fill, pull, report
+):
+    insight.max_execution_seconds = 120
+    insight.lease_seconds = 60
+    insight.save()
+    succeeded = _counter("pop_execution_outcomes_total", outcome="succeeded")
+    reclaims = _counter("pop_reclaims_total")
+    timeouts = _counter("pop_timeouts_total")
+    for _ in range(3):
+        submit_agenda(submitter, max_attempts=2, retry_delay_seconds=0)
+    with time_machine.travel(timezone.now(), tick=False) as clock:
+        fill(insight)
+        done, lost, slow = pull(insight, count=3)
+        report(done, state="succeeded")
+        clock.shift(timedelta(seconds=50))
+        report(slow)  # heartbeats: only the time-out will end it
+        clock.shift(timedelta(seconds=insight.lease_seconds + 1 - 50))
+        assert services.executions_reclaim() == 1  # `lost` never reported
+        clock.shift(timedelta(seconds=121 - insight.lease_seconds - 1))
+        report(slow)
+        assert services.executions_time_out() == 1
+
+    assert _counter("pop_execution_outcomes_total", outcome="succeeded") == succeeded + 1
+    assert _counter("pop_reclaims_total") == reclaims + 1
+    assert _counter("pop_timeouts_total") == timeouts + 1
+    assert lost.execution.pk != slow.execution.pk
