@@ -12,6 +12,7 @@ from agendas.models import Agenda, AgendaProgress
 from resourcepools.models import Membership
 from scheduling.models import Alert, AlertRule, CallbackDelivery, Schedule
 from scheduling.schedule_services import schedule_create
+from scheduling.services import execution_report, insight_fill, insight_pull
 from tests.factories import AgendaTemplateFactory
 
 pytestmark = pytest.mark.django_db
@@ -412,6 +413,44 @@ def test_agenda_detail_lists_operations_and_executions(client_for, submitter, ag
     assert '<span class="badge state-running">running</span>' in html
 
 
+def test_agenda_detail_shows_each_operations_progress_result_and_diagnostics(
+    client_for, submitter, submit_agenda, insight
+):
+    agenda = submit_agenda(submitter)
+    insight_fill(insight_id=insight.pk)
+    [pulled] = insight_pull(principal=None, insight=insight, worker="farm-7", count=1)
+    execution_report(
+        execution_id=pulled.execution.pk,
+        lease_token=pulled.execution.lease_token,
+        operations=[
+            {"name": "probe", "state": "succeeded", "result": {"size": 4242}},
+            {
+                "name": "report",
+                "state": "executing",
+                "percent_complete": 37,
+                "diagnostics": [{"message": "disk nearly full", "code": "disk"}],
+            },
+        ],
+    )
+
+    html = text_of(client_for(submitter).get(f"/agendas/{agenda.pk}/"))
+
+    rows = dict(re.findall(r'<tr class="op-row"[^>]*data-operation="(\w+)">(.*?)</tr>', html, re.S))
+    assert set(rows) == {"probe", "report"}
+    assert "state-succeeded" in rows["probe"] and ">100%<" in rows["probe"]
+    assert "<summary>Result</summary>" in rows["probe"] and "4242" in rows["probe"]
+    assert "state-executing" in rows["report"] and ">37%<" in rows["report"]
+    assert "<summary>Diagnostics</summary>" in rows["report"]
+    assert "disk nearly full" in rows["report"]
+    assert re.search(r'<td class="num">1</td>', rows["probe"])  # one attempt each
+    assert re.search(r'<td class="num">1</td>', rows["report"])
+    assert "<time" in rows["probe"]  # started and completed times are shown
+    # The DAG is coloured by each operation's own state and percent.
+    assert 'data-operation="probe" data-state="succeeded"' in html
+    assert 'data-operation="report" data-state="executing"' in html
+    assert "executing · 37%" in html
+
+
 def test_live_partial_is_a_fragment_and_stops_refreshing_when_terminal(
     client_for, submitter, world
 ):
@@ -445,6 +484,27 @@ def test_agenda_filters(client_for, submitter, world, template, insight):
     assert listed(client.get(f"/agendas/?insight={insight.pk}")) == set(ids.values())
     assert listed(client.get(f"/agendas/?customer={submitter.customer.pk}")) == set(ids.values())
     assert listed(client.get(f"/agendas/?template={template.pk}")) == set()
+
+
+def test_agenda_filters_by_customer_and_insight_tell_them_apart(
+    client_for, staff_user, submitter, other_submitter, submit_agenda, insight, transcode_insight
+):
+    ours = submit_agenda(submitter)
+    theirs = submit_agenda(other_submitter)
+    transcode = [{"name": "encode", "type": "transcode", "payload": {}}]
+    ours_transcoded = submit_agenda(submitter, operations=transcode)
+    assert ours_transcoded.insight_id == transcode_insight.pk
+    client = client_for(staff_user)
+
+    by_customer = listed(client.get(f"/agendas/?customer={submitter.customer.pk}"))
+    by_other = listed(client.get(f"/agendas/?customer={other_submitter.customer.pk}"))
+    by_insight = listed(client.get(f"/agendas/?insight={transcode_insight.pk}"))
+    both = listed(client.get(f"/agendas/?customer={submitter.customer.pk}&insight={insight.pk}"))
+
+    assert by_customer == {str(ours.pk), str(ours_transcoded.pk)}
+    assert by_other == {str(theirs.pk)}
+    assert by_insight == {str(ours_transcoded.pk)}
+    assert both == {str(ours.pk)}
 
 
 def test_agenda_filter_by_template(client_for, submitter, template):
@@ -770,7 +830,15 @@ def test_progress_summary_page(client_for, submitter, agenda_in_state):
 # --- query counts ------------------------------------------------------------------------------
 
 
-LIST_PAGES = ["/", "/agendas/", "/agendas/?partial=1", "/templates/", "/schedules/", "/pools/"]
+LIST_PAGES = [
+    "/",
+    "/agendas/",
+    "/agendas/?partial=1",
+    "/templates/",
+    "/schedules/",
+    "/pools/",
+    "/progress/?link_id=show-1",
+]
 
 
 @pytest.mark.parametrize("who", ["staff_user", "submitter"])
@@ -789,9 +857,9 @@ def test_list_pages_cost_a_bounded_number_of_queries(
 
     def grow(n: int) -> None:
         for index in range(n):
-            agenda_in_state(submitter, "executing", worker=f"w{index}")
-            agenda_in_state(submitter, "succeeded")
-            agenda_in_state(submitter, "ready")
+            agenda_in_state(submitter, "executing", worker=f"w{index}", link_id="show-1")
+            agenda_in_state(submitter, "succeeded", link_id="show-1")
+            agenda_in_state(submitter, "ready", link_id="show-1")
             AgendaTemplateFactory(customer=submitter.customer)
             schedule_create(
                 principal=None,
