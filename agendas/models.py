@@ -182,6 +182,15 @@ class OperationProgress(models.Model):
     is_generated = models.BooleanField(
         default=False, help_text="Appended by a worker during execution (generated operation)."
     )
+    definition = models.JSONField(
+        null=True,
+        blank=True,
+        help_text=(
+            "Generated operations only: the appended {name, type, payload?, depends_on?, "
+            "timeout_seconds?, params?}; a retry's pull hands it to the worker with the "
+            "submitted operations."
+        ),
+    )
     created_at = models.DateTimeField(auto_now_add=True)
     updated_at = models.DateTimeField(auto_now=True)
 
@@ -196,6 +205,13 @@ class OperationProgress(models.Model):
 
     def __str__(self) -> str:
         return f"{self.name}: {self.state}"
+
+    @property
+    def generated_definition(self) -> dict | None:
+        """A generated operation as the worker runs it (None for a submitted one)."""
+        if not self.is_generated:
+            return None
+        return self.definition or {"name": self.name, "type": self.type}
 
 
 class Execution(models.Model):

@@ -14,9 +14,13 @@ from django.db import IntegrityError, transaction
 from django.utils import timezone
 
 from agendas import states
-from agendas.models import Agenda, AgendaProgress, AgendaTemplate
+from agendas.models import Agenda, AgendaProgress, AgendaTemplate, OperationProgress
 from agendas.references import UnresolvedReferences, expand_template
-from agendas.validation import operations_to_reset, validate_operations
+from agendas.validation import (
+    operation_dependencies,
+    operations_to_reset,
+    validate_operations,
+)
 from resourcepools.mapping import choose_insight
 from resourcepools.models import Customer, Membership
 from resourcepools.selectors import (
@@ -243,6 +247,40 @@ class RerunMode:
     ALL = (CONTINUE, RESET_ALL, OPERATIONS_TO_RESET)
 
 
+GENERATED_PARENT = "generatedOperationParent"
+
+
+def _generated_parent(definition: dict) -> str:
+    """The generator of a generated operation, from `params.generatedOperationParent`."""
+    params = definition.get("params")
+    parent = params.get(GENERATED_PARENT) if isinstance(params, dict) else None
+    return parent.lower() if isinstance(parent, str) else ""
+
+
+def _reset_expansion(
+    definitions: list[dict], generated: dict[str, dict], chosen: list[str]
+) -> tuple[set[str], set[str]]:
+    """POP's reset set: the chosen operations and their dependants, transitively; a generated
+    operation whose generator is reset or dropped is dropped (its generator will generate it
+    again), and so is a generated one that depends on a dropped one; the other dependants of
+    dropped operations are reset. Return (reset, dropped)."""
+    dependencies = operation_dependencies(definitions)
+    reset = operations_to_reset(definitions, chosen)
+    dropped: set[str] = set()
+    while True:
+        gone = {name.lower() for name in reset | dropped}
+        more = {
+            name
+            for name, definition in generated.items()
+            if name not in dropped
+            and (_generated_parent(definition) in gone or dependencies.get(name, set()) & dropped)
+        }
+        if not more:
+            return reset - dropped, dropped
+        dropped |= more
+        reset = operations_to_reset(definitions, reset | dropped)
+
+
 @transaction.atomic
 def agenda_rerun(
     *,
@@ -252,7 +290,11 @@ def agenda_rerun(
     operations: list[str] | None = None,
     skip_execution: bool = False,
 ) -> AgendaProgress:
-    """Run a finished, paused or held agenda again, resetting the chosen operations (§5.5)."""
+    """Run a finished, paused or held agenda again, resetting the chosen operations (§5.5).
+
+    Generated operations: `continue` keeps them, `reset_all` drops them (their generators
+    run again), `operations_to_reset` drops those whose generator is reset (docs/decisions.md).
+    """
     require_role(principal, agenda.customer_id, Role.SUBMITTER)
     progress = _locked_progress(agenda)
     held = progress.state == S.PENDING and progress.do_not_run
@@ -262,21 +304,31 @@ def agenda_rerun(
             "do-not-run agenda can be rerun.",
             current_state=progress.state,
         )
+    generated = {
+        row.name: row.generated_definition
+        for row in OperationProgress.objects.filter(agenda_progress=progress, is_generated=True)
+    }
+    definitions = [*agenda.operations, *generated.values()]
+    dropped: set[str] = set()
     if mode == RerunMode.RESET_ALL:
+        # Every generator runs again and generates afresh: drop what the last run generated.
         reset: set[str] | None = None
+        dropped = set(generated)
     elif mode == RerunMode.OPERATIONS_TO_RESET:
-        names = {operation["name"] for operation in agenda.operations}
+        names = {operation["name"] for operation in definitions}
         chosen = list(operations or [])
         unknown = sorted(set(chosen) - names)
         if not chosen:
             raise ValidationError({"operations": ["Name at least one operation to reset."]})
         if unknown:
             raise ValidationError({"operations": [f"Unknown operation names: {unknown}."]})
-        reset = operations_to_reset(agenda.operations, chosen)
+        reset, dropped = _reset_expansion(definitions, generated, chosen)
     elif mode == RerunMode.CONTINUE:
         reset = set()
     else:
         raise ValidationError({"mode": [f"Must be one of {list(RerunMode.ALL)}."]})
+    if dropped:
+        OperationProgress.objects.filter(agenda_progress=progress, name__in=dropped).delete()
     if reset is None or reset:
         states.operations_reset(progress, reset)
     progress.percent_complete = 0.0 if reset is None else progress.percent_complete

@@ -652,7 +652,9 @@ def operations_fail_running(progress: AgendaProgress, *, message: str, now: date
 def operations_append(
     progress: AgendaProgress, items: list[dict], *, now: datetime
 ) -> list[OperationProgress]:
-    """Add generated operations (waiting) after the agenda's existing ones (POP updateAgenda)."""
+    """Add generated operations (waiting) after the agenda's existing ones (POP updateAgenda).
+
+    Each keeps its whole definition, so a retry's pull can hand it to the next worker."""
     last = (
         OperationProgress.objects.filter(agenda_progress=progress)
         .order_by("-position")
@@ -670,8 +672,8 @@ def operations_append(
             name=item["name"],
             type=item["type"],
             state=OpState.WAITING,
-            params=item.get("params") or {},
             is_generated=True,
+            definition=item,
         )
         for offset, item in enumerate(items)
     )

@@ -2,6 +2,7 @@
 
 from rest_framework import serializers
 
+from agendas.api.serializers import OperationInputSerializer
 from agendas.models import Agenda, Execution, OperationProgress
 from popsite.api import JSONObjectField, JSONValueField
 from scheduling.services import (
@@ -9,6 +10,7 @@ from scheduling.services import (
     MAX_PULL_COUNT,
     MAX_WAIT_SECONDS,
     REPORT_OUTCOMES,
+    PulledAgenda,
 )
 
 OPERATION_STATES = [choice for choice, _ in OperationProgress.State.choices]
@@ -78,14 +80,8 @@ class BatchReportSerializer(serializers.Serializer):
     )
 
 
-class GeneratedOperationSerializer(serializers.Serializer):
-    name = serializers.CharField(max_length=100, help_text="New to the agenda (case-insensitive).")
-    type = serializers.CharField(max_length=100)
-    payload = JSONValueField(required=False)
-    depends_on = serializers.ListField(
-        child=serializers.CharField(max_length=100), required=False, max_length=1000
-    )
-    params = JSONObjectField(required=False)
+class GeneratedOperationSerializer(OperationInputSerializer):
+    """An operation generated while running: the same fields and rules as a submitted one."""
 
 
 class AddOperationsSerializer(serializers.Serializer):
@@ -142,6 +138,12 @@ class PulledAgendaBodySerializer(serializers.ModelSerializer):
             "created_at",
         ]
         read_only_fields = fields
+        extra_kwargs = {
+            "operations": {
+                "help_text": "The operations to run: the submitted ones, then those generated "
+                "by earlier attempts (their progress says which already succeeded)."
+            }
+        }
 
 
 class LeaseSerializer(serializers.ModelSerializer):
@@ -155,6 +157,11 @@ class PulledItemSerializer(serializers.Serializer):
     agenda = PulledAgendaBodySerializer()
     progress = PulledProgressSerializer(source="prior_progress")
     execution = LeaseSerializer()
+
+    def to_representation(self, instance: PulledAgenda) -> dict:
+        data = super().to_representation(instance)
+        data["agenda"]["operations"] = instance.operations_to_run
+        return data
 
 
 class PullResponseSerializer(serializers.Serializer):
