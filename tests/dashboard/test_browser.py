@@ -17,6 +17,7 @@ from django.utils import timezone
 from agendas.models import AgendaProgress
 from agendas.services import agenda_abort
 from scheduling.models import QueuedAgenda, ReadyAgenda
+from scheduling.services import execution_report
 
 expect = playwright_sync.expect
 # CI must run these: there a missing browser is a failure, not a skip (.ci/run installs it).
@@ -132,6 +133,15 @@ def test_operator_logs_in_sees_true_numbers_opens_an_agenda_and_aborts_it(
     )
     assert number(row, '[data-metric="failed"]') == finished.filter(state__in=["failed"]).count()
     assert number(page, '[data-total="throughput"]') == 2
+    # Oldest waiting: the oldest ready or queued agenda, which the farm made seconds ago.
+    waiting = row.locator('[data-metric="oldest_waiting"]').inner_text().strip()
+    oldest = AgendaProgress.objects.filter(state__in=["ready", "queued"]).earliest(
+        "agenda__created_at"
+    )
+    assert re.fullmatch(r"\d+ s", waiting), waiting
+    assert (
+        int(waiting.split()[0]) <= (timezone.now() - oldest.agenda.created_at).total_seconds() + 1
+    )
     expect(page.locator("#share-chart g")).to_have_count(2)
     screenshot(page, "overview-1280")
 
@@ -154,6 +164,27 @@ def test_operator_logs_in_sees_true_numbers_opens_an_agenda_and_aborts_it(
     expect(page.get_by_role("button", name="Rerun")).to_be_visible()
     assert AgendaProgress.objects.get(agenda=target).state == "aborted"
     screenshot(page, "agenda-aborted-1280")
+
+
+def test_operator_aborts_an_executing_agenda_and_the_worker_is_told(
+    open_page, staff_user, farm, insight
+):
+    target = AgendaProgress.objects.get(state="executing", agenda__link_id="show-1")
+    page = open_page(staff_user.username)
+    page.goto(f"/agendas/{target.agenda_id}/")
+    expect(page.locator("#agenda-state")).to_contain_text("executing")
+
+    page.once("dialog", lambda dialog: dialog.accept())
+    page.get_by_role("button", name="Abort").click()
+
+    expect(page.locator(".messages")).to_contain_text("Abort requested")
+    expect(page.get_by_role("button", name="Abort")).to_have_count(0)
+    target.refresh_from_db()
+    assert target.state == "executing" and target.abort_requested
+    execution = target.current_execution
+    answer = execution_report(execution_id=execution.pk, lease_token=execution.lease_token)
+    assert answer.abort is True
+    screenshot(page, "agenda-abort-requested-1280")
 
 
 def test_agenda_table_refresh_picks_up_a_change_made_behind_its_back(open_page, submitter, farm):
