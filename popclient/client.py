@@ -120,8 +120,9 @@ class PopClient:
 
     ``retries`` is how many times a call is repeated after a failure that is safe to
     repeat: a connection that never reached the server (every call), a 429 (every call),
-    and 5xx or a broken connection for idempotent calls (GET, reports). ``pull`` and the
-    other POSTs are never repeated once the request may have reached the server.
+    and 5xx or a broken connection for idempotent calls (GET, DELETE, reports; a repeated
+    DELETE answered 404 counts as done). ``pull`` and the other POSTs, and PATCHes, are
+    never repeated once the request may have reached the server.
     """
 
     def __init__(
@@ -232,6 +233,10 @@ class PopClient:
                 except ValueError:
                     return response.text
             error = error_from_response(response)
+            if method == "DELETE" and attempt > 0 and isinstance(error, NotFound):
+                # An earlier attempt may have deleted it before its answer was lost: gone is
+                # what was asked for.
+                return None
             retry_delay: float | None = None
             if isinstance(error, RateLimited):
                 retry_delay = error.retry_after

@@ -441,3 +441,17 @@ def test_delete_is_retried_on_5xx_but_patch_and_token_issue_are_not():
         with pytest.raises(ServerError):
             call(server.client())
         assert len(server.requests) == 1
+
+
+def test_a_repeated_delete_answered_404_is_done_but_a_first_404_is_not():
+    server = FakeServer(statuses=[503, 404])
+    assert server.client().delete_insight("i") is None
+    assert [r.method for r in server.requests] == ["DELETE", "DELETE"]
+
+    server = FakeServer(statuses=[404])
+    with pytest.raises(NotFound):
+        server.client().delete_insight("i")
+
+    server = FakeServer(statuses=[503, 404])
+    with pytest.raises(NotFound):  # only DELETE: a repeated GET's 404 is an answer
+        server.client().get_insight("i")
