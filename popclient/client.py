@@ -120,8 +120,9 @@ class PopClient:
 
     ``retries`` is how many times a call is repeated after a failure that is safe to
     repeat: a connection that never reached the server (every call), a 429 (every call),
-    and 5xx or a broken connection for idempotent calls (GET, reports). ``pull`` and the
-    other POSTs are never repeated once the request may have reached the server.
+    and 5xx or a broken connection for idempotent calls (GET, DELETE, reports; a repeated
+    DELETE answered 404 counts as done). ``pull`` and the other POSTs, and PATCHes, are
+    never repeated once the request may have reached the server.
     """
 
     def __init__(
@@ -232,6 +233,10 @@ class PopClient:
                 except ValueError:
                     return response.text
             error = error_from_response(response)
+            if method == "DELETE" and attempt > 0 and isinstance(error, NotFound):
+                # An earlier attempt may have deleted it before its answer was lost: gone is
+                # what was asked for.
+                return None
             retry_delay: float | None = None
             if isinstance(error, RateLimited):
                 retry_delay = error.retry_after
@@ -254,6 +259,13 @@ class PopClient:
 
     def _post(self, path: str, body: Any = None, **kwargs: Any) -> Any:
         return self.request("POST", path, json=body if body is not None else {}, **kwargs)
+
+    def _patch(self, path: str, fields: Mapping[str, Any]) -> Any:
+        # Sent as given: a None value sets the field to null (only what is named changes).
+        return self.request("PATCH", path, json=dict(fields))
+
+    def _delete(self, path: str) -> Any:
+        return self.request("DELETE", path)
 
     def paginate(self, path: str, **params: Any) -> Iterator[dict[str, Any]]:
         """Yield every item of a paginated list (``{count, next, previous, results}``)."""
@@ -345,8 +357,14 @@ class PopClient:
     def list_agenda_progress(self, **filters: Any) -> Any:
         return self._get("agenda-progress/", **filters)
 
+    def get_agenda_progress(self, progress_id: str) -> Any:
+        return self._get(f"agenda-progress/{progress_id}/")
+
     def list_operation_progress(self, **filters: Any) -> Any:
         return self._get("operation-progress/", **filters)
+
+    def get_operation_progress(self, progress_id: str) -> Any:
+        return self._get(f"operation-progress/{progress_id}/")
 
     # -- templates ----------------------------------------------------------------------
 
@@ -355,6 +373,18 @@ class PopClient:
 
     def get_template(self, template_id: str) -> Any:
         return self._get(f"agenda-templates/{template_id}/")
+
+    def create_template(self, **fields: Any) -> Any:
+        """Create a template: ``name``, ``agenda``, ``description``, ``payload_schema``,
+        ``static_parameters``, ``customer``, ``is_global``, ``allowed_customers``."""
+        return self._post("agenda-templates/", _clean(fields))
+
+    def update_template(self, template_id: str, **fields: Any) -> Any:
+        """Change the named fields of a template (PATCH); returns the template."""
+        return self._patch(f"agenda-templates/{template_id}/", fields)
+
+    def delete_template(self, template_id: str) -> None:
+        self._delete(f"agenda-templates/{template_id}/")
 
     def run_template(self, template_id: str, payload: Any = None, **fields: Any) -> Any:
         """Run a template with ``payload`` (plus ``link_id``, ``priority``, …); 201 → agenda."""
@@ -380,6 +410,13 @@ class PopClient:
         """Create a cron schedule: ``name``, ``template``, ``cron``, ``payload``, ``timezone``…"""
         return self._post("schedules/", _clean(fields))
 
+    def update_schedule(self, schedule_id: str, **fields: Any) -> Any:
+        """Change the named fields of a schedule (PATCH); returns the schedule."""
+        return self._patch(f"schedules/{schedule_id}/", fields)
+
+    def delete_schedule(self, schedule_id: str) -> None:
+        self._delete(f"schedules/{schedule_id}/")
+
     def pause_schedule(self, schedule_id: str) -> Any:
         return self._post(f"schedules/{schedule_id}/pause/")
 
@@ -392,11 +429,55 @@ class PopClient:
     def schedule_runs(self, schedule_id: str, **params: Any) -> Any:
         return self._get(f"schedules/{schedule_id}/runs/", **params)
 
+    # -- callbacks and alerts -----------------------------------------------------------
+
+    def list_callback_deliveries(self, **filters: Any) -> Any:
+        """One page of the callback outbox. Filters: ``agenda``, ``link_id``, ``cid``,
+        ``customer``, ``status``, ``event``, ``created_after``, ``created_before``."""
+        return self._get("callback-deliveries/", **filters)
+
+    def get_callback_delivery(self, delivery_id: int | str) -> Any:
+        return self._get(f"callback-deliveries/{delivery_id}/")
+
+    def redeliver_callback(self, delivery_id: int | str) -> Any:
+        """Queue a callback again now with a fresh set of attempts; returns the delivery."""
+        return self._post(f"callback-deliveries/{delivery_id}/redeliver/")
+
+    def list_alerts(self, **filters: Any) -> Any:
+        """One page of alerts. Filters: ``customer``, ``state``, ``rule``, ``insight``,
+        ``opened_after``."""
+        return self._get("alerts/", **filters)
+
+    def get_alert(self, alert_id: str) -> Any:
+        return self._get(f"alerts/{alert_id}/")
+
     # -- facility -----------------------------------------------------------------------
 
     def queues(self, **filters: Any) -> Any:
         """Per insight: queue_size, queued, ready, executing, oldest ready age, per customer."""
         return self._get("queues/", **filters)
+
+    def get_queue(self, insight_id: str) -> Any:
+        """The queue figures of one insight."""
+        return self._get(f"queues/{insight_id}/")
+
+    def list_resource_pools(self, **filters: Any) -> Any:
+        return self._get("resource-pools/", **filters)
+
+    def get_resource_pool(self, pool_id: str) -> Any:
+        return self._get(f"resource-pools/{pool_id}/")
+
+    def create_resource_pool(self, **fields: Any) -> Any:
+        """Create a pool: ``name``, ``owner`` (customer id or slug), ``description``."""
+        return self._post("resource-pools/", _clean(fields))
+
+    def update_resource_pool(self, pool_id: str, **fields: Any) -> Any:
+        """Change the named fields of a pool (PATCH); returns the pool."""
+        return self._patch(f"resource-pools/{pool_id}/", fields)
+
+    def delete_resource_pool(self, pool_id: str) -> None:
+        """Delete a pool and its insights."""
+        self._delete(f"resource-pools/{pool_id}/")
 
     def list_insights(self, **filters: Any) -> Any:
         return self._get("insights/", **filters)
@@ -404,8 +485,74 @@ class PopClient:
     def get_insight(self, insight_id: str) -> Any:
         return self._get(f"insights/{insight_id}/")
 
+    def create_insight(self, **fields: Any) -> Any:
+        """Create an insight: ``resource_pool`` (id or name), ``name``, ``mappers``,
+        ``queue_size``, ``scheduling_algorithm``, ``lease_seconds``, ``is_global``, …"""
+        return self._post("insights/", _clean(fields))
+
+    def update_insight(self, insight_id: str, **fields: Any) -> Any:
+        """Change the named fields of an insight (PATCH); returns the insight."""
+        return self._patch(f"insights/{insight_id}/", fields)
+
+    def delete_insight(self, insight_id: str) -> None:
+        self._delete(f"insights/{insight_id}/")
+
+    # -- customers, members and tokens --------------------------------------------------
+
     def list_customers(self, **filters: Any) -> Any:
         return self._get("customers/", **filters)
+
+    def get_customer(self, customer_id: str) -> Any:
+        return self._get(f"customers/{customer_id}/")
+
+    def create_customer(self, **fields: Any) -> Any:
+        """Create a customer (staff): ``name``, ``slug``, ``resource_pool``, …"""
+        return self._post("customers/", _clean(fields))
+
+    def update_customer(self, customer_id: str, **fields: Any) -> Any:
+        """Change the named fields (PATCH); a customer's admin may set its callbacks."""
+        return self._patch(f"customers/{customer_id}/", fields)
+
+    def delete_customer(self, customer_id: str) -> None:
+        """Delete a customer (staff)."""
+        self._delete(f"customers/{customer_id}/")
+
+    def list_members(self, customer_id: str, **filters: Any) -> Any:
+        """One page of the customer's memberships (customer admin)."""
+        return self._get(f"customers/{customer_id}/members/", **filters)
+
+    def get_member(self, customer_id: str, member_id: int | str) -> Any:
+        return self._get(f"customers/{customer_id}/members/{member_id}/")
+
+    def add_member(
+        self,
+        customer_id: str,
+        username: str,
+        role: str,
+        *,
+        email: str | None = None,
+        password: str | None = None,
+    ) -> Any:
+        """Add a member with ``role`` (viewer, submitter, admin, worker); a new username
+        creates the user (``email``/``password`` for a new user only)."""
+        body = _clean({"username": username, "role": role, "email": email, "password": password})
+        return self._post(f"customers/{customer_id}/members/", body)
+
+    def update_member(self, customer_id: str, member_id: int | str, *, role: str) -> Any:
+        """Change a member's role; returns the membership."""
+        return self._patch(f"customers/{customer_id}/members/{member_id}/", {"role": role})
+
+    def remove_member(self, customer_id: str, member_id: int | str) -> None:
+        self._delete(f"customers/{customer_id}/members/{member_id}/")
+
+    def issue_token(self, customer_id: str, member_id: int | str) -> Any:
+        """A new API token for the member, replacing the old one: ``{token, username}``."""
+        return self._post(f"customers/{customer_id}/members/{member_id}/token/")
+
+    def revoke_token(self, customer_id: str, member_id: int | str) -> int:
+        """Delete the member's API token; returns how many were deleted (0 or 1)."""
+        body = self.request("DELETE", f"customers/{customer_id}/members/{member_id}/token/")
+        return int(body.get("revoked", 0)) if isinstance(body, dict) else 0
 
     # -- pullers (DESIGN §5.3, §5.4) ----------------------------------------------------
 
