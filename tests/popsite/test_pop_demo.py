@@ -1,0 +1,49 @@
+"""`manage.py pop_demo` loads the demo data once; running it again changes nothing."""
+
+from io import StringIO
+
+import pytest
+from django.apps import apps
+from django.core.management import call_command
+
+from agendas.models import AgendaProgress
+
+pytestmark = pytest.mark.django_db
+
+
+@pytest.fixture(autouse=True)
+def _test_settings(settings):
+    settings.POP_FILL_NUDGE = "off"
+    settings.PASSWORD_HASHERS = ["django.contrib.auth.hashers.MD5PasswordHasher"]
+
+
+def _row_counts() -> dict[str, int]:
+    return {
+        model._meta.label: model._default_manager.count()
+        for model in apps.get_models()
+        if not model._meta.proxy
+    }
+
+
+def _run(token_file) -> str:
+    out = StringIO()
+    call_command("pop_demo", "--token-file", str(token_file), stdout=out)
+    return out.getvalue()
+
+
+def test_pop_demo_run_twice_is_idempotent(tmp_path):
+    token_file = tmp_path / "demo" / "worker-token"
+
+    first = _run(token_file)
+    counts, token = _row_counts(), token_file.read_text()
+    progress = sorted(AgendaProgress.objects.values_list("agenda_id", "state"))
+    second = _run(token_file)
+
+    assert "Demo data ready (12 new agendas)." in first
+    assert "Demo data ready (0 new agendas)." in second
+    assert counts["agendas.Agenda"] == 12
+    assert counts["resourcepools.Customer"] == 4
+    assert _row_counts() == counts
+    assert token_file.read_text() == token != ""
+    assert sorted(AgendaProgress.objects.values_list("agenda_id", "state")) == progress
+    assert "login: operator / " in second
