@@ -1,4 +1,5 @@
-"""Per-insight fill lock (DESIGN §5.1) and the one place that asks which database this is.
+"""Per-insight fill lock (DESIGN §5.1), single-flight locks for slow tasks, and the one
+place that asks which database this is.
 
 On PostgreSQL the lock is a transaction-scoped advisory *try*-lock: a second filler of the
 same insight skips at once instead of queueing behind the first, and the lock goes away
@@ -8,6 +9,8 @@ already serialises writers, so the fallback simply grants the lock.
 """
 
 import zlib
+from collections.abc import Iterator
+from contextlib import contextmanager
 
 from django.db import connection
 
@@ -37,3 +40,33 @@ def insight_fill_try_lock(insight_id: object) -> bool:
             [FILL_LOCK_NAMESPACE, insight_lock_key(insight_id)],
         )
         return bool(cursor.fetchone()[0])
+
+
+# First key of the session-level single-flight locks (one running copy of a slow task).
+SINGLE_FLIGHT_NAMESPACE = 0x504F5053  # "POPS"
+
+
+@contextmanager
+def single_flight(name: str) -> Iterator[bool]:
+    """Yield True when no other process runs `name` now (and hold that until the block ends),
+    False when one does.
+
+    For the enqueued tasks that may block on the network (callbacks, alert notices): a new
+    copy is enqueued every period, and without this a dead receiver would let copies pile up
+    until they held every cluster worker, starving fill nudges, time-outs and reaps. The lock
+    is a PostgreSQL session-level advisory try-lock, released in `finally` or, if the process
+    dies, with its connection. On SQLite (the single-node demo) it is always granted.
+    """
+    if not database_is_postgresql():
+        yield True
+        return
+    key = [SINGLE_FLIGHT_NAMESPACE, zlib.crc32(name.encode()) - 2**31]
+    with connection.cursor() as cursor:
+        cursor.execute("SELECT pg_try_advisory_lock(%s, %s)", key)
+        held = bool(cursor.fetchone()[0])
+    try:
+        yield held
+    finally:
+        if held:
+            with connection.cursor() as cursor:
+                cursor.execute("SELECT pg_advisory_unlock(%s, %s)", key)

@@ -14,6 +14,7 @@ from scheduling import services
 from scheduling.alerts import alerts_evaluate
 from scheduling.callbacks import callbacks_deliver
 from scheduling.cron_services import schedules_run_due
+from scheduling.locks import single_flight
 from scheduling.schedules import TICKER_FUNC, TICKER_NAME, ticked
 
 logger = logging.getLogger("pop.scheduling")
@@ -56,8 +57,14 @@ def reap() -> int:
 
 
 def callbacks() -> int:
-    """Deliver due customer callbacks from the outbox; returns the attempts made."""
-    run = callbacks_deliver()
+    """Deliver due customer callbacks from the outbox; returns the attempts made.
+
+    One run at a time across the cluster(s): a run still busy with slow receivers makes the
+    next period's copy return at once instead of taking another worker."""
+    with single_flight("callbacks") as mine:
+        if not mine:
+            return 0
+        run = callbacks_deliver()
     return run.delivered + run.retried + run.failed
 
 
@@ -67,8 +74,10 @@ def cron() -> int:
 
 
 def alerts() -> int:
-    """Evaluate alert rules, open/resolve alerts and notify; returns the rules evaluated."""
-    return alerts_evaluate().evaluated
+    """Evaluate alert rules, open/resolve alerts and notify; returns the rules evaluated.
+    One run at a time, like callbacks (notices go out over the network)."""
+    with single_flight("alerts") as mine:
+        return alerts_evaluate().evaluated if mine else 0
 
 
 def ticker_generation() -> str:

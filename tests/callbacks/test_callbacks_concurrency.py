@@ -1,11 +1,15 @@
 """Real PostgreSQL: a slow receiver holds no lock and blocks neither scheduling nor a rival."""
 
+import threading
+import time
+
 import pytest
 from django.db import connection, transaction
 
 from agendas.models import AgendaProgress
 from agendas.services import agenda_abort, agenda_pause
 from scheduling.callbacks import DeliveryRun, callbacks_deliver
+from scheduling.locks import single_flight
 from scheduling.models import CallbackDelivery
 
 pytestmark = [
@@ -53,3 +57,40 @@ def test_while_a_receiver_is_answering_the_row_is_unlocked_the_agenda_moves_on_a
     }
     assert run == DeliveryRun(delivered=2)
     assert receiver.events() == ["paused", "aborted"]
+
+
+def test_a_dead_receiver_ties_up_one_worker_at_most_the_next_runs_return_at_once(
+    submitter, calls_back_to, submit_agenda, black_hole, settings
+):
+    from scheduling import tasks
+
+    settings.POP_CALLBACK_BATCH_SIZE = 1  # two due rows: a rival run would find the second
+    calls_back_to(black_hole)
+    for _ in range(2):
+        agenda_pause(principal=submitter.user, agenda=submit_agenda(submitter))
+    first: list[int] = []
+
+    def run_first():
+        try:
+            first.append(tasks.callbacks())
+        finally:
+            connection.close()
+
+    thread = threading.Thread(target=run_first)
+    thread.start()
+    deadline = time.monotonic() + 5
+    while not CallbackDelivery.objects.filter(attempts=1).exists():  # the first run is sending
+        assert time.monotonic() < deadline
+        time.sleep(0.02)
+
+    started = time.monotonic()
+    overlapping = [tasks.callbacks() for _ in range(3)]  # the next periods' copies
+    returned_after = time.monotonic() - started
+    thread.join(timeout=10)
+
+    assert overlapping == [0, 0, 0]
+    assert returned_after < 1.0  # they did not wait for the 2 s timeout of the dead receiver
+    assert first == [2]  # the first run made both attempts, one after the other
+    assert list(CallbackDelivery.objects.values_list("attempts", flat=True)) == [1, 1]
+    with single_flight("callbacks") as free_again:  # released when the first run ended
+        assert free_again
