@@ -1,5 +1,6 @@
 """Ratchets: the rules of STYLE §4.2 that a grep can hold."""
 
+import ast
 import re
 from pathlib import Path
 
@@ -26,6 +27,70 @@ def test_only_the_state_machine_writes_agenda_or_operation_state():
             if STATE_WRITE.search(line) and "Schedule" not in line and "Alert" not in line:
                 offenders.append(f"{path.relative_to(ROOT)}:{number}: {line.strip()}")
     assert offenders == []
+
+
+# Schedules and alerts have states of their own, written by their own services.
+OTHER_STATEFUL = re.compile(r"\b(Schedule|Alert|schedule|alert)\b")
+
+
+def _state_writes(tree: ast.AST):
+    """(line, source) of every way to write a `state` the AST can show: attribute assignment,
+    setattr, queryset update/create with `state=`, bulk_update naming "state"."""
+    for node in ast.walk(tree):
+        if isinstance(node, ast.Assign | ast.AugAssign | ast.AnnAssign):
+            targets = node.targets if isinstance(node, ast.Assign) else [node.target]
+            if any(isinstance(t, ast.Attribute) and t.attr == "state" for t in targets):
+                yield node.lineno, ast.unparse(node)
+        elif isinstance(node, ast.Call):
+            func = node.func
+            name = func.attr if isinstance(func, ast.Attribute) else getattr(func, "id", "")
+            source = ast.unparse(node)
+            receiver = ast.unparse(func.value) if isinstance(func, ast.Attribute) else ""
+            is_queryset = "objects" in receiver or "filter(" in receiver or "exclude(" in receiver
+            if (
+                (name in ("update", "create", "get_or_create", "update_or_create") and is_queryset)
+                and any(keyword.arg == "state" for keyword in node.keywords)
+            ) or (name == "bulk_update" and "'state'" in source):
+                yield node.lineno, source
+            elif name == "setattr" and len(node.args) > 1:
+                if isinstance(node.args[1], ast.Constant) and node.args[1].value == "state":
+                    yield node.lineno, source
+
+
+def test_only_the_state_machine_writes_agenda_or_operation_state_by_any_means():
+    offenders = [
+        f"{path.relative_to(ROOT)}:{line}: {source[:120]}"
+        for path in _sources()
+        if path != ROOT / "agendas" / "states.py"
+        for line, source in _state_writes(ast.parse(path.read_text()))
+        if not OTHER_STATEFUL.search(source)
+    ]
+    assert offenders == []
+
+
+RAW_PROGRESS_TABLE = re.compile(
+    r"agendas_(agendaprogress|operationprogress)|(AgendaProgress|OperationProgress)\._meta\.db_table"
+)
+
+
+def test_only_the_state_machine_touches_the_progress_tables_in_raw_sql():
+    offenders = [
+        str(path.relative_to(ROOT))
+        for path in _sources()
+        if path != ROOT / "agendas" / "states.py" and RAW_PROGRESS_TABLE.search(path.read_text())
+    ]
+    assert offenders == []
+
+
+def test_the_state_write_check_sees_every_form():
+    sample = ast.parse(
+        "progress.state = 'ready'\n"
+        "setattr(progress, 'state', 'ready')\n"
+        "AgendaProgress.objects.filter(pk=1).update(state='executing')\n"
+        "OperationProgress.objects.bulk_update(rows, ['state'])\n"
+        "result.update(state='ok')\n"  # a dict, not a queryset: not a write of a model state
+    )
+    assert [line for line, _ in _state_writes(sample)] == [1, 2, 3, 4]
 
 
 def test_no_viewset_overrides_get_queryset():
