@@ -19,6 +19,7 @@ from agendas.references import UnresolvedReferences, expand_template
 from agendas.validation import (
     operation_dependencies,
     operations_to_reset,
+    validate_agenda_options,
     validate_operations,
 )
 from resourcepools.mapping import choose_insight
@@ -97,7 +98,9 @@ def agenda_submit(
         if earlier is not None:
             return earlier, False
     params = params or {}
-    errors = validate_operations(operations)
+    errors = validate_operations(operations) | validate_agenda_options(
+        priority=priority, max_attempts=max_attempts, retry_delay_seconds=retry_delay_seconds
+    )
     if errors:
         raise ValidationError(errors)
     candidate = choose_insight(

@@ -318,3 +318,26 @@ def topological_order(operations: list[dict]) -> list[str]:
     if len(order) < len(graph):
         raise ValueError(cycle_message(_cycles(graph)[0]))
     return order
+
+
+AGENDA_OPTION_RANGES: dict[str, tuple[int, int]] = {
+    "priority": (0, 9),
+    "max_attempts": (1, 20),
+    "retry_delay_seconds": (0, 86_400),
+}
+
+
+def validate_agenda_options(**options: Any) -> dict[str, list[str]]:
+    """Range checks of an agenda's numeric options (DESIGN §4.2), for every way in: the API's
+    serializers check them too, but a service caller (a schedule, the admin, a script) must
+    get a field error, not an IntegrityError from the database's check constraints."""
+    errors: dict[str, list[str]] = {}
+    for name, (low, high) in AGENDA_OPTION_RANGES.items():
+        if name not in options:
+            continue
+        value = options[name]
+        if isinstance(value, bool) or not isinstance(value, int):
+            errors[name] = ["A whole number is required."]
+        elif not low <= value <= high:
+            errors[name] = [f"Must be between {low} and {high}."]
+    return errors
