@@ -1,6 +1,5 @@
 """Real PostgreSQL, real threads: two clusters' cron passes fire a due schedule exactly once."""
 
-import threading
 from datetime import timedelta
 
 import pytest
@@ -9,6 +8,7 @@ from django.test.utils import CaptureQueriesContext
 
 from agendas.models import Agenda
 from scheduling.cron_services import CronRun, schedules_run_due
+from tests.threads import all_at_once
 
 pytestmark = [
     pytest.mark.django_db(transaction=True),
@@ -25,26 +25,8 @@ def test_concurrent_cron_passes_fire_every_due_schedule_exactly_once(make_schedu
         make_schedule(name=f"every minute {n}", cron="* * * * *") for n in range(SCHEDULES)
     ]
     due_at = max(schedule.next_run_at for schedule in schedules) + timedelta(seconds=1)
-    start = threading.Barrier(PASSES)
-    results: list[CronRun] = []
-    errors: list[BaseException] = []
+    results = all_at_once(PASSES, schedules_run_due, now=due_at)
 
-    def run() -> None:
-        try:
-            start.wait()
-            results.append(schedules_run_due(now=due_at))
-        except BaseException as error:  # surfaced by the test, not swallowed
-            errors.append(error)
-        finally:
-            connection.close()
-
-    threads = [threading.Thread(target=run) for _ in range(PASSES)]
-    for thread in threads:
-        thread.start()
-    for thread in threads:
-        thread.join(timeout=60)
-
-    assert errors == []
     assert sum(result.fired for result in results) == SCHEDULES
     assert sum(result.failed for result in results) == 0
     per_schedule = {schedule.pk: 0 for schedule in schedules}

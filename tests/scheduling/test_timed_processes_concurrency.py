@@ -4,7 +4,6 @@ Four runs of the same process start together on the same due work, in small batc
 interleave; together they handle every item exactly once and leave nothing half-done.
 """
 
-import threading
 from datetime import timedelta
 
 import pytest
@@ -14,6 +13,7 @@ from django.utils import timezone
 from agendas.models import Agenda, AgendaProgress, Execution
 from scheduling import services
 from scheduling.models import QueuedAgenda, ReadyAgenda
+from tests.threads import all_at_once
 
 AGENDAS = 40
 RUNS = 4
@@ -24,31 +24,6 @@ pytestmark = [
         connection.vendor != "postgresql", reason="concurrency is proven on PostgreSQL"
     ),
 ]
-
-
-def _all_at_once(process, **kwargs) -> list[int]:
-    """Start RUNS threads on `process(**kwargs)` together; return what each returned."""
-    start = threading.Barrier(RUNS)
-    results: list[int] = []
-    errors: list[BaseException] = []
-
-    def run():
-        try:
-            start.wait()
-            results.append(process(**kwargs))
-        except BaseException as error:  # surfaced by the test, not swallowed
-            errors.append(error)
-        finally:
-            connection.close()
-
-    threads = [threading.Thread(target=run) for _ in range(RUNS)]
-    for thread in threads:
-        thread.start()
-    for thread in threads:
-        thread.join(timeout=60)
-    assert not errors, errors
-    assert len(results) == RUNS
-    return results
 
 
 @pytest.fixture
@@ -76,7 +51,7 @@ def _ended_once() -> None:
 def test_concurrent_reclaims_end_each_expired_lease_exactly_once(executing, insight):
     later = timezone.now() + timedelta(seconds=insight.lease_seconds + 1)
 
-    results = _all_at_once(services.executions_reclaim, now=later, limit=AGENDAS)
+    results = all_at_once(RUNS, services.executions_reclaim, now=later, limit=AGENDAS)
 
     assert sum(results) == AGENDAS
     _ended_once()
@@ -85,7 +60,7 @@ def test_concurrent_reclaims_end_each_expired_lease_exactly_once(executing, insi
 def test_concurrent_time_outs_end_each_long_run_exactly_once(executing):
     later = timezone.now() + timedelta(seconds=121)
 
-    results = _all_at_once(services.executions_time_out, now=later, limit=AGENDAS)
+    results = all_at_once(RUNS, services.executions_time_out, now=later, limit=AGENDAS)
 
     assert sum(results) == AGENDAS
     _ended_once()
@@ -98,8 +73,8 @@ def test_concurrent_promotions_make_each_due_agenda_ready_exactly_once(submitter
         submit_agenda(submitter, run_after=run_after)
     assert ReadyAgenda.objects.count() == 0
 
-    results = _all_at_once(
-        services.agendas_promote, now=run_after + timedelta(seconds=1), batch_size=3
+    results = all_at_once(
+        RUNS, services.agendas_promote, now=run_after + timedelta(seconds=1), batch_size=3
     )
 
     assert sum(results) == AGENDAS
@@ -116,8 +91,11 @@ def test_concurrent_reaps_delete_each_expired_agenda_exactly_once(
     survivor = submit_agenda(submitter)  # not terminal: never reaped
     ttl = submitter.customer.data_ttl_days
 
-    results = _all_at_once(
-        services.agendas_reap, now=timezone.now() + timedelta(days=ttl, seconds=1), batch_size=3
+    results = all_at_once(
+        RUNS,
+        services.agendas_reap,
+        now=timezone.now() + timedelta(days=ttl, seconds=1),
+        batch_size=3,
     )
 
     assert sum(results) == AGENDAS
