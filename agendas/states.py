@@ -18,7 +18,8 @@ from functools import partial
 
 from django.conf import settings
 from django.db import connection, transaction
-from django.db.models import Count, F, Q
+from django.db.models import Case, Count, F, Max, Q, Value, When
+from django.db.models.functions import Coalesce
 from django.utils import timezone
 from django_q.tasks import async_task
 
@@ -367,18 +368,19 @@ def progress_queue_many(
 def executions_start(
     *, progresses: list[AgendaProgress], insight: Insight, worker: str, now: datetime
 ) -> list[Execution]:
-    """Pull: move locked, claimed (queue row deleted) agendas to executing with a new lease each.
+    """Pull, portable form: move locked, claimed (queue row deleted) agendas to executing with a
+    new lease each. PostgreSQL claims in one statement instead (`_queue_claim_postgresql`).
 
-    `Execution.number` counts every execution the agenda ever had (a rerun resets
+    `Execution.number` is one more than the agenda's highest so far (a rerun resets
     `attempts_completed`, so the number cannot come from it).
     """
     if not progresses:
         return []
     agenda_ids = [progress.agenda_id for progress in progresses]
-    counts = dict(
+    highest = dict(
         Execution.objects.filter(agenda_id__in=agenda_ids)
         .values_list("agenda_id")
-        .annotate(n=Count("pk"))
+        .annotate(n=Max("number"))
         .values_list("agenda_id", "n")
     )
     lease_expires_at = now + timedelta(seconds=insight.lease_seconds)
@@ -388,7 +390,7 @@ def executions_start(
             customer_id=progress.customer_id,
             link_id=progress.link_id,
             cid=progress.cid,
-            number=counts.get(progress.agenda_id, 0) + 1,
+            number=(highest.get(progress.agenda_id) or 0) + 1,
             insight_id=insight.pk,
             worker=worker,
             lease_expires_at=lease_expires_at,
@@ -398,19 +400,30 @@ def executions_start(
     ]
     Execution.objects.bulk_create(executions)
     message = f"executing on {worker}" if worker else "executing"
+    updated = AgendaProgress.objects.filter(
+        pk__in=[progress.pk for progress in progresses], state=S.QUEUED
+    ).update(
+        state=S.EXECUTING,
+        current_execution_id=Case(
+            *(
+                When(pk=progress.pk, then=Value(execution.pk))
+                for progress, execution in zip(progresses, executions, strict=True)
+            ),
+            output_field=AgendaProgress._meta.get_field("current_execution").target_field,
+        ),
+        started_at=Coalesce("started_at", Value(now)),
+        message=message,
+        updated_at=now,
+    )
+    if updated != len(progresses):
+        # The caller locked these rows in state `queued`; anything else is a bug, not a race.
+        raise RuntimeError(f"pull moved {updated} of {len(progresses)} locked agendas")
     for progress, execution in zip(progresses, executions, strict=True):
         progress.state = S.EXECUTING
         progress.current_execution = execution
         progress.started_at = progress.started_at or now
         progress.message = message
         progress.updated_at = now
-    updated = AgendaProgress.objects.filter(state=S.QUEUED).bulk_update(
-        progresses, ["state", "current_execution", "started_at", "message", "updated_at"]
-    )
-    if updated != len(progresses):
-        # The caller locked these rows in state `queued`; anything else is a bug, not a race.
-        raise RuntimeError(f"pull moved {updated} of {len(progresses)} locked agendas")
-    for progress in progresses:
         callback_enqueue(progress, event=S.EXECUTING, now=now)
     return executions
 
@@ -420,11 +433,137 @@ def queue_claim(
 ) -> list[tuple[AgendaProgress, Execution]]:
     """Pull: lease up to `count` queued agendas of `insight` in queue order (DESIGN §5.3).
 
-    Queue rows, then their progress rows, are locked with FOR UPDATE SKIP LOCKED, so rival
+    Queue rows and their progress rows are locked with FOR UPDATE SKIP LOCKED, so rival
     pullers pass each other and an agenda being paused or aborted right now is left alone.
-    The queue rows are then removed with one DELETE … RETURNING: the checked conditional
-    write that keeps claims exclusive on SQLite too, where FOR UPDATE is ignored.
+    Returns (progress, execution) pairs in queue order, each progress (state `executing`)
+    with its agenda and the agenda's customer loaded.
+
+    Also nudges a fill (DESIGN §5.2) when the claim leaves the queue under half of
+    `queue_size`, or when it finds the queue empty while the insight has ready agendas.
+
+    On PostgreSQL the claim is one statement (`_queue_claim_postgresql`); elsewhere (the
+    SQLite demo) it is the portable ORM form below, where a DELETE … RETURNING of the queue
+    rows is the checked conditional write that keeps claims exclusive (SQLite ignores
+    FOR UPDATE).
     """
+    if connection.vendor == "postgresql":
+        claimed, queued_before, ready = _queue_claim_postgresql(
+            insight=insight, count=count, worker=worker, now=now
+        )
+    else:
+        claimed = _queue_claim_portable(insight=insight, count=count, worker=worker, now=now)
+        queued_before = QueuedAgenda.objects.filter(insight_id=insight.pk).count() + len(claimed)
+        ready = (
+            not claimed
+            and not queued_before
+            and ReadyAgenda.objects.filter(insight_id=insight.pk).exists()
+        )
+    if claimed:
+        if (queued_before - len(claimed)) * 2 < insight.queue_size:
+            fill_nudge([insight.pk])
+    elif ready and not queued_before:
+        fill_nudge([insight.pk])
+    return claimed
+
+
+_CLAIM_SQL = """
+WITH picked AS (
+    SELECT q.id AS queue_id, q.position, p.id AS progress_id, p.agenda_id, p.customer_id,
+           p.link_id, p.cid
+    FROM {queue} q
+    JOIN {progress} p ON p.agenda_id = q.agenda_id AND p.state = %(queued)s
+    WHERE q.insight_id = %(insight)s
+    ORDER BY q.position
+    LIMIT %(count)s
+    FOR UPDATE OF q, p SKIP LOCKED
+), claimed AS (
+    DELETE FROM {queue} q USING picked WHERE q.id = picked.queue_id
+    RETURNING q.id
+), started AS (
+    INSERT INTO {execution} (id, agenda_id, customer_id, link_id, cid, number, insight_id,
+        worker, lease_token, lease_expires_at, started_at, diagnostics, created_at, updated_at)
+    SELECT gen_random_uuid(), picked.agenda_id, picked.customer_id, picked.link_id, picked.cid,
+        coalesce((SELECT max(e.number) FROM {execution} e
+                  WHERE e.agenda_id = picked.agenda_id), 0) + 1,
+        %(insight)s, %(worker)s, gen_random_uuid(), %(lease_expires_at)s, %(now)s,
+        '[]'::jsonb, %(now)s, %(now)s
+    FROM picked JOIN claimed ON claimed.id = picked.queue_id
+    RETURNING id, agenda_id
+), moved AS (
+    UPDATE {progress} p
+    SET state = %(executing)s, current_execution_id = started.id,
+        started_at = coalesce(p.started_at, %(now)s), message = %(message)s,
+        updated_at = %(now)s
+    FROM started
+    WHERE p.agenda_id = started.agenda_id AND p.state = %(queued)s
+    RETURNING p.id
+), counts AS (
+    SELECT (SELECT count(*) FROM (SELECT 1 FROM {queue} WHERE insight_id = %(insight)s
+                                  LIMIT %(probe)s) AS probe) AS queued,
+           EXISTS (SELECT 1 FROM {ready} WHERE insight_id = %(insight)s) AS ready
+)
+SELECT moved.id, picked.position, counts.queued, counts.ready
+FROM counts
+LEFT JOIN (moved JOIN picked ON picked.progress_id = moved.id) ON true
+"""
+
+
+def _queue_claim_postgresql(
+    *, insight: Insight, count: int, worker: str, now: datetime
+) -> tuple[list[tuple[AgendaProgress, Execution]], int, bool]:
+    """The claim as one data-modifying CTE: lock queue and progress rows together (FOR UPDATE
+    OF q, p SKIP LOCKED), delete the queue rows, insert the executions numbered max + 1 per
+    agenda, move the progress rows to executing. The same statement counts the queue as it was
+    before the claim (capped: enough to tell "under half full" afterwards) and whether the
+    insight has ready agendas. Then one read loads progress, agenda, customer and execution.
+
+    Returns the claimed pairs in queue order, the queue length before the claim (capped) and
+    whether ready agendas exist.
+    """
+    quote = connection.ops.quote_name
+    sql = _CLAIM_SQL.format(
+        queue=quote(QueuedAgenda._meta.db_table),
+        progress=quote(AgendaProgress._meta.db_table),
+        execution=quote(Execution._meta.db_table),
+        ready=quote(ReadyAgenda._meta.db_table),
+    )
+    with connection.cursor() as cursor:
+        cursor.execute(
+            sql,
+            {
+                "insight": insight.pk,
+                "count": count,
+                # Queue rows before the claim, counted up to what proves "not under half".
+                "probe": count + (insight.queue_size + 1) // 2,
+                "worker": worker,
+                "message": f"executing on {worker}" if worker else "executing",
+                "now": now,
+                "lease_expires_at": now + timedelta(seconds=insight.lease_seconds),
+                "queued": S.QUEUED,
+                "executing": S.EXECUTING,
+            },
+        )
+        rows = cursor.fetchall()
+    queued_before, ready = rows[0][2], rows[0][3]
+    position = {row[0]: row[1] for row in rows if row[0] is not None}
+    if not position:
+        return [], queued_before, ready
+    progresses = sorted(
+        AgendaProgress.objects.select_related("agenda__customer", "current_execution")
+        .filter(pk__in=list(position))
+        .order_by(),
+        key=lambda progress: position[progress.pk],
+    )
+    if len(progresses) != len(position):
+        raise RuntimeError(f"pull read {len(progresses)} of {len(position)} claimed agendas")
+    for progress in progresses:
+        callback_enqueue(progress, event=S.EXECUTING, now=now)
+    return [(progress, progress.current_execution) for progress in progresses], queued_before, ready
+
+
+def _queue_claim_portable(
+    *, insight: Insight, count: int, worker: str, now: datetime
+) -> list[tuple[AgendaProgress, Execution]]:
     rows = list(
         QueuedAgenda.objects.filter(insight_id=insight.pk)
         .order_by("position")
