@@ -9,7 +9,9 @@ here too, so they can never disagree with the state.
 
 import json
 import logging
+import math
 import random
+import threading
 import time
 import uuid
 from collections.abc import Iterable
@@ -28,6 +30,7 @@ from resourcepools.models import Insight
 from scheduling.models import CallbackDelivery, QueuedAgenda, ReadyAgenda
 
 logger = logging.getLogger("pop.agendas")
+nudge_logger = logging.getLogger("pop.agendas.nudges")
 
 S = AgendaProgress.State
 OpState = OperationProgress.State
@@ -288,11 +291,15 @@ def operations_abort_unfinished(progress: AgendaProgress) -> int:
 
 
 # --- Fill nudges (DESIGN §5.2) ------------------------------------------------------------
-# Entering `ready` asks for a fill of the agenda's insight once the transaction commits. The
-# nudge is best effort: the periodic fill is the backstop, so a lost or throttled nudge only
-# delays an agenda by at most POP_FILL_INTERVAL.
+# Entering `ready` asks for a fill of the agenda's insight once the transaction commits; so
+# does a pull that leaves the queue under half full or finds it empty while work is ready.
+# Nudges are throttled per process and insight (POP_FILL_NUDGE_MIN_INTERVAL), but never
+# dropped: a nudge inside the throttle window arms one trailing nudge for the window's end.
+# The periodic fill stays the backstop (a process that exits loses its pending trailing nudge).
 FILL_TASK = "scheduling.tasks.insight_fill"
 _last_nudge: dict[str, float] = {}
+_trailing_nudges: dict[str, threading.Timer] = {}
+_nudge_lock = threading.Lock()
 
 
 def fill_nudge(insight_ids: Iterable[object]) -> None:
@@ -305,23 +312,65 @@ def fill_nudge(insight_ids: Iterable[object]) -> None:
 
 
 def _fill_nudge_now(insight_ids: list[str], mode: str) -> None:
-    # Throttled per process: a burst of submits to one insight enqueues one fill, not hundreds.
+    """Nudge each insight now, or, inside its throttle window, once at the window's end.
+
+    Throttled per process: a burst of submits to one insight enqueues one fill at once and one
+    trailing fill when POP_FILL_NUDGE_MIN_INTERVAL has passed since, which sees every agenda
+    the burst committed. The trailing nudge is a daemon `threading.Timer`, at most one pending
+    per insight per process (later nudges in the window ride on it); it runs the same room
+    check and enqueue (`sync`: the fill itself) on its own thread and database connection.
+    """
     interval = float(getattr(settings, "POP_FILL_NUDGE_MIN_INTERVAL", 0.2))
     clock = time.monotonic()
-    due = [pk for pk in insight_ids if clock - _last_nudge.get(pk, -interval) >= interval]
-    if not due:
-        return
+    due = []
+    with _nudge_lock:
+        for pk in insight_ids:
+            wait = _last_nudge.get(pk, -math.inf) + interval - clock
+            if wait <= 0:
+                due.append(pk)
+            elif pk not in _trailing_nudges:
+                timer = threading.Timer(wait, _fill_nudge_trailing, args=(pk, mode))
+                timer.daemon = True
+                _trailing_nudges[pk] = timer
+                timer.start()
+    if due:
+        _fill_nudge_send(due, mode)
+
+
+def _fill_nudge_trailing(insight_id: str, mode: str) -> None:
+    with _nudge_lock:
+        _trailing_nudges.pop(insight_id, None)
+    try:
+        _fill_nudge_send([insight_id], mode)
+    except Exception:
+        # Best effort, like every nudge: the periodic fill picks the work up.
+        nudge_logger.exception("trailing fill nudge of insight %s failed", insight_id)
+    finally:
+        connection.close()
+
+
+def _fill_nudge_send(insight_ids: list[str], mode: str) -> None:
     with_room = (
-        Insight.objects.filter(pk__in=due)
+        Insight.objects.filter(pk__in=insight_ids)
         .annotate(queued=Count("queued_agendas"))
         .filter(queued__lt=F("queue_size"))
         .values_list("pk", flat=True)
     )
     for insight_id in with_room:
-        _last_nudge[str(insight_id)] = clock
+        with _nudge_lock:
+            _last_nudge[str(insight_id)] = time.monotonic()
         async_task(
             FILL_TASK, str(insight_id), sync=mode == "sync", group="pop-fill-nudge", save=False
         )
+
+
+def fill_nudges_cancel() -> None:
+    """Forget throttle state and cancel pending trailing nudges (tests, process shutdown)."""
+    with _nudge_lock:
+        for timer in _trailing_nudges.values():
+            timer.cancel()
+        _trailing_nudges.clear()
+        _last_nudge.clear()
 
 
 # --- Set-based forms for the hot paths (STYLE rule 1) -------------------------------------
