@@ -10,6 +10,7 @@ here too, so they can never disagree with the state.
 import json
 import logging
 import math
+import os
 import random
 import threading
 import time
@@ -362,6 +363,18 @@ def _fill_nudge_send(insight_ids: list[str], mode: str) -> None:
         async_task(
             FILL_TASK, str(insight_id), sync=mode == "sync", group="pop-fill-nudge", save=False
         )
+
+
+def _fill_nudges_after_fork() -> None:
+    # A forked child (gunicorn, django-q workers, bench roles) inherits the dict but not the
+    # timer threads: forget them, or the child would wait forever on a trailing nudge that
+    # never fires. The lock may have been held by another thread at fork time: make a new one.
+    global _nudge_lock
+    _nudge_lock = threading.Lock()
+    _trailing_nudges.clear()
+
+
+os.register_at_fork(after_in_child=_fill_nudges_after_fork)
 
 
 def fill_nudges_cancel() -> None:

@@ -2,6 +2,7 @@
 arms one trailing nudge for the window's end, and an empty pull of an insight with ready work
 nudges too."""
 
+import os
 import time
 
 import pytest
@@ -133,3 +134,22 @@ def test_a_pull_nudges_exactly_when_it_leaves_the_queue_under_half_full(
     assert pull(2) == 0  # 3 of 5 left
     assert pull(1) == 1  # 2 of 5 left: under half
     assert QueuedAgenda.objects.count() == 2
+
+
+def test_a_forked_child_forgets_the_parents_pending_trailing_nudge(
+    settings, submitter, submit_agenda, insight, django_capture_on_commit_callbacks
+):
+    settings.POP_FILL_NUDGE = "async"
+    settings.POP_FILL_NUDGE_MIN_INTERVAL = 60
+    with django_capture_on_commit_callbacks(execute=True):
+        submit_agenda(submitter)
+        submit_agenda(submitter)
+    assert list(states._trailing_nudges) == [str(insight.pk)]
+
+    child = os.fork()
+    if child == 0:  # the child: its parent's timer thread does not exist here
+        os._exit(0 if states._trailing_nudges == {} and not states._nudge_lock.locked() else 1)
+    _, status = os.waitpid(child, 0)
+
+    assert os.waitstatus_to_exitcode(status) == 0
+    assert list(states._trailing_nudges) == [str(insight.pk)]  # the parent's still pending
