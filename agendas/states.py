@@ -9,7 +9,10 @@ here too, so they can never disagree with the state.
 
 import json
 import logging
+import math
+import os
 import random
+import threading
 import time
 import uuid
 from collections.abc import Iterable
@@ -18,7 +21,8 @@ from functools import partial
 
 from django.conf import settings
 from django.db import connection, transaction
-from django.db.models import Count, F, Q
+from django.db.models import Case, Count, F, Max, Q, Value, When
+from django.db.models.functions import Coalesce
 from django.utils import timezone
 from django_q.tasks import async_task
 
@@ -27,6 +31,7 @@ from resourcepools.models import Insight
 from scheduling.models import CallbackDelivery, QueuedAgenda, ReadyAgenda
 
 logger = logging.getLogger("pop.agendas")
+nudge_logger = logging.getLogger("pop.agendas.nudges")
 
 S = AgendaProgress.State
 OpState = OperationProgress.State
@@ -287,11 +292,15 @@ def operations_abort_unfinished(progress: AgendaProgress) -> int:
 
 
 # --- Fill nudges (DESIGN §5.2) ------------------------------------------------------------
-# Entering `ready` asks for a fill of the agenda's insight once the transaction commits. The
-# nudge is best effort: the periodic fill is the backstop, so a lost or throttled nudge only
-# delays an agenda by at most POP_FILL_INTERVAL.
+# Entering `ready` asks for a fill of the agenda's insight once the transaction commits; so
+# does a pull that leaves the queue under half full or finds it empty while work is ready.
+# Nudges are throttled per process and insight (POP_FILL_NUDGE_MIN_INTERVAL), but never
+# dropped: a nudge inside the throttle window arms one trailing nudge for the window's end.
+# The periodic fill stays the backstop (a process that exits loses its pending trailing nudge).
 FILL_TASK = "scheduling.tasks.insight_fill"
 _last_nudge: dict[str, float] = {}
+_trailing_nudges: dict[str, threading.Timer] = {}
+_nudge_lock = threading.Lock()
 
 
 def fill_nudge(insight_ids: Iterable[object]) -> None:
@@ -304,23 +313,77 @@ def fill_nudge(insight_ids: Iterable[object]) -> None:
 
 
 def _fill_nudge_now(insight_ids: list[str], mode: str) -> None:
-    # Throttled per process: a burst of submits to one insight enqueues one fill, not hundreds.
+    """Nudge each insight now, or, inside its throttle window, once at the window's end.
+
+    Throttled per process: a burst of submits to one insight enqueues one fill at once and one
+    trailing fill when POP_FILL_NUDGE_MIN_INTERVAL has passed since, which sees every agenda
+    the burst committed. The trailing nudge is a daemon `threading.Timer`, at most one pending
+    per insight per process (later nudges in the window ride on it); it runs the same room
+    check and enqueue (`sync`: the fill itself) on its own thread and database connection.
+    """
     interval = float(getattr(settings, "POP_FILL_NUDGE_MIN_INTERVAL", 0.2))
     clock = time.monotonic()
-    due = [pk for pk in insight_ids if clock - _last_nudge.get(pk, -interval) >= interval]
-    if not due:
-        return
+    due = []
+    with _nudge_lock:
+        for pk in insight_ids:
+            wait = _last_nudge.get(pk, -math.inf) + interval - clock
+            if wait <= 0:
+                due.append(pk)
+            elif pk not in _trailing_nudges:
+                timer = threading.Timer(wait, _fill_nudge_trailing, args=(pk, mode))
+                timer.daemon = True
+                _trailing_nudges[pk] = timer
+                timer.start()
+    if due:
+        _fill_nudge_send(due, mode)
+
+
+def _fill_nudge_trailing(insight_id: str, mode: str) -> None:
+    with _nudge_lock:
+        _trailing_nudges.pop(insight_id, None)
+    try:
+        _fill_nudge_send([insight_id], mode)
+    except Exception:
+        # Best effort, like every nudge: the periodic fill picks the work up.
+        nudge_logger.exception("trailing fill nudge of insight %s failed", insight_id)
+    finally:
+        connection.close()
+
+
+def _fill_nudge_send(insight_ids: list[str], mode: str) -> None:
     with_room = (
-        Insight.objects.filter(pk__in=due)
+        Insight.objects.filter(pk__in=insight_ids)
         .annotate(queued=Count("queued_agendas"))
         .filter(queued__lt=F("queue_size"))
         .values_list("pk", flat=True)
     )
     for insight_id in with_room:
-        _last_nudge[str(insight_id)] = clock
+        with _nudge_lock:
+            _last_nudge[str(insight_id)] = time.monotonic()
         async_task(
             FILL_TASK, str(insight_id), sync=mode == "sync", group="pop-fill-nudge", save=False
         )
+
+
+def _fill_nudges_after_fork() -> None:
+    # A forked child (gunicorn, django-q workers, bench roles) inherits the dict but not the
+    # timer threads: forget them, or the child would wait forever on a trailing nudge that
+    # never fires. The lock may have been held by another thread at fork time: make a new one.
+    global _nudge_lock
+    _nudge_lock = threading.Lock()
+    _trailing_nudges.clear()
+
+
+os.register_at_fork(after_in_child=_fill_nudges_after_fork)
+
+
+def fill_nudges_cancel() -> None:
+    """Forget throttle state and cancel pending trailing nudges (tests, process shutdown)."""
+    with _nudge_lock:
+        for timer in _trailing_nudges.values():
+            timer.cancel()
+        _trailing_nudges.clear()
+        _last_nudge.clear()
 
 
 # --- Set-based forms for the hot paths (STYLE rule 1) -------------------------------------
@@ -367,18 +430,19 @@ def progress_queue_many(
 def executions_start(
     *, progresses: list[AgendaProgress], insight: Insight, worker: str, now: datetime
 ) -> list[Execution]:
-    """Pull: move locked, claimed (queue row deleted) agendas to executing with a new lease each.
+    """Pull, portable form: move locked, claimed (queue row deleted) agendas to executing with a
+    new lease each. PostgreSQL claims in one statement instead (`_queue_claim_postgresql`).
 
-    `Execution.number` counts every execution the agenda ever had (a rerun resets
+    `Execution.number` is one more than the agenda's highest so far (a rerun resets
     `attempts_completed`, so the number cannot come from it).
     """
     if not progresses:
         return []
     agenda_ids = [progress.agenda_id for progress in progresses]
-    counts = dict(
+    highest = dict(
         Execution.objects.filter(agenda_id__in=agenda_ids)
         .values_list("agenda_id")
-        .annotate(n=Count("pk"))
+        .annotate(n=Max("number"))
         .values_list("agenda_id", "n")
     )
     lease_expires_at = now + timedelta(seconds=insight.lease_seconds)
@@ -388,7 +452,7 @@ def executions_start(
             customer_id=progress.customer_id,
             link_id=progress.link_id,
             cid=progress.cid,
-            number=counts.get(progress.agenda_id, 0) + 1,
+            number=(highest.get(progress.agenda_id) or 0) + 1,
             insight_id=insight.pk,
             worker=worker,
             lease_expires_at=lease_expires_at,
@@ -398,19 +462,30 @@ def executions_start(
     ]
     Execution.objects.bulk_create(executions)
     message = f"executing on {worker}" if worker else "executing"
+    updated = AgendaProgress.objects.filter(
+        pk__in=[progress.pk for progress in progresses], state=S.QUEUED
+    ).update(
+        state=S.EXECUTING,
+        current_execution_id=Case(
+            *(
+                When(pk=progress.pk, then=Value(execution.pk))
+                for progress, execution in zip(progresses, executions, strict=True)
+            ),
+            output_field=AgendaProgress._meta.get_field("current_execution").target_field,
+        ),
+        started_at=Coalesce("started_at", Value(now)),
+        message=message,
+        updated_at=now,
+    )
+    if updated != len(progresses):
+        # The caller locked these rows in state `queued`; anything else is a bug, not a race.
+        raise RuntimeError(f"pull moved {updated} of {len(progresses)} locked agendas")
     for progress, execution in zip(progresses, executions, strict=True):
         progress.state = S.EXECUTING
         progress.current_execution = execution
         progress.started_at = progress.started_at or now
         progress.message = message
         progress.updated_at = now
-    updated = AgendaProgress.objects.filter(state=S.QUEUED).bulk_update(
-        progresses, ["state", "current_execution", "started_at", "message", "updated_at"]
-    )
-    if updated != len(progresses):
-        # The caller locked these rows in state `queued`; anything else is a bug, not a race.
-        raise RuntimeError(f"pull moved {updated} of {len(progresses)} locked agendas")
-    for progress in progresses:
         callback_enqueue(progress, event=S.EXECUTING, now=now)
     return executions
 
@@ -420,11 +495,137 @@ def queue_claim(
 ) -> list[tuple[AgendaProgress, Execution]]:
     """Pull: lease up to `count` queued agendas of `insight` in queue order (DESIGN §5.3).
 
-    Queue rows, then their progress rows, are locked with FOR UPDATE SKIP LOCKED, so rival
+    Queue rows and their progress rows are locked with FOR UPDATE SKIP LOCKED, so rival
     pullers pass each other and an agenda being paused or aborted right now is left alone.
-    The queue rows are then removed with one DELETE … RETURNING: the checked conditional
-    write that keeps claims exclusive on SQLite too, where FOR UPDATE is ignored.
+    Returns (progress, execution) pairs in queue order, each progress (state `executing`)
+    with its agenda and the agenda's customer loaded.
+
+    Also nudges a fill (DESIGN §5.2) when the claim leaves the queue under half of
+    `queue_size`, or when it finds the queue empty while the insight has ready agendas.
+
+    On PostgreSQL the claim is one statement (`_queue_claim_postgresql`); elsewhere (the
+    SQLite demo) it is the portable ORM form below, where a DELETE … RETURNING of the queue
+    rows is the checked conditional write that keeps claims exclusive (SQLite ignores
+    FOR UPDATE).
     """
+    if connection.vendor == "postgresql":
+        claimed, queued_before, ready = _queue_claim_postgresql(
+            insight=insight, count=count, worker=worker, now=now
+        )
+    else:
+        claimed = _queue_claim_portable(insight=insight, count=count, worker=worker, now=now)
+        queued_before = QueuedAgenda.objects.filter(insight_id=insight.pk).count() + len(claimed)
+        ready = (
+            not claimed
+            and not queued_before
+            and ReadyAgenda.objects.filter(insight_id=insight.pk).exists()
+        )
+    if claimed:
+        if (queued_before - len(claimed)) * 2 < insight.queue_size:
+            fill_nudge([insight.pk])
+    elif ready and not queued_before:
+        fill_nudge([insight.pk])
+    return claimed
+
+
+_CLAIM_SQL = """
+WITH picked AS (
+    SELECT q.id AS queue_id, q.position, p.id AS progress_id, p.agenda_id, p.customer_id,
+           p.link_id, p.cid
+    FROM {queue} q
+    JOIN {progress} p ON p.agenda_id = q.agenda_id AND p.state = %(queued)s
+    WHERE q.insight_id = %(insight)s
+    ORDER BY q.position
+    LIMIT %(count)s
+    FOR UPDATE OF q, p SKIP LOCKED
+), claimed AS (
+    DELETE FROM {queue} q USING picked WHERE q.id = picked.queue_id
+    RETURNING q.id
+), started AS (
+    INSERT INTO {execution} (id, agenda_id, customer_id, link_id, cid, number, insight_id,
+        worker, lease_token, lease_expires_at, started_at, diagnostics, created_at, updated_at)
+    SELECT gen_random_uuid(), picked.agenda_id, picked.customer_id, picked.link_id, picked.cid,
+        coalesce((SELECT max(e.number) FROM {execution} e
+                  WHERE e.agenda_id = picked.agenda_id), 0) + 1,
+        %(insight)s, %(worker)s, gen_random_uuid(), %(lease_expires_at)s, %(now)s,
+        '[]'::jsonb, %(now)s, %(now)s
+    FROM picked JOIN claimed ON claimed.id = picked.queue_id
+    RETURNING id, agenda_id
+), moved AS (
+    UPDATE {progress} p
+    SET state = %(executing)s, current_execution_id = started.id,
+        started_at = coalesce(p.started_at, %(now)s), message = %(message)s,
+        updated_at = %(now)s
+    FROM started
+    WHERE p.agenda_id = started.agenda_id AND p.state = %(queued)s
+    RETURNING p.id
+), counts AS (
+    SELECT (SELECT count(*) FROM (SELECT 1 FROM {queue} WHERE insight_id = %(insight)s
+                                  LIMIT %(probe)s) AS probe) AS queued,
+           EXISTS (SELECT 1 FROM {ready} WHERE insight_id = %(insight)s) AS ready
+)
+SELECT moved.id, picked.position, counts.queued, counts.ready
+FROM counts
+LEFT JOIN (moved JOIN picked ON picked.progress_id = moved.id) ON true
+"""
+
+
+def _queue_claim_postgresql(
+    *, insight: Insight, count: int, worker: str, now: datetime
+) -> tuple[list[tuple[AgendaProgress, Execution]], int, bool]:
+    """The claim as one data-modifying CTE: lock queue and progress rows together (FOR UPDATE
+    OF q, p SKIP LOCKED), delete the queue rows, insert the executions numbered max + 1 per
+    agenda, move the progress rows to executing. The same statement counts the queue as it was
+    before the claim (capped: enough to tell "under half full" afterwards) and whether the
+    insight has ready agendas. Then one read loads progress, agenda, customer and execution.
+
+    Returns the claimed pairs in queue order, the queue length before the claim (capped) and
+    whether ready agendas exist.
+    """
+    quote = connection.ops.quote_name
+    sql = _CLAIM_SQL.format(
+        queue=quote(QueuedAgenda._meta.db_table),
+        progress=quote(AgendaProgress._meta.db_table),
+        execution=quote(Execution._meta.db_table),
+        ready=quote(ReadyAgenda._meta.db_table),
+    )
+    with connection.cursor() as cursor:
+        cursor.execute(
+            sql,
+            {
+                "insight": insight.pk,
+                "count": count,
+                # Queue rows before the claim, counted up to what proves "not under half".
+                "probe": count + (insight.queue_size + 1) // 2,
+                "worker": worker,
+                "message": f"executing on {worker}" if worker else "executing",
+                "now": now,
+                "lease_expires_at": now + timedelta(seconds=insight.lease_seconds),
+                "queued": S.QUEUED,
+                "executing": S.EXECUTING,
+            },
+        )
+        rows = cursor.fetchall()
+    queued_before, ready = rows[0][2], rows[0][3]
+    position = {row[0]: row[1] for row in rows if row[0] is not None}
+    if not position:
+        return [], queued_before, ready
+    progresses = sorted(
+        AgendaProgress.objects.select_related("agenda__customer", "current_execution")
+        .filter(pk__in=list(position))
+        .order_by(),
+        key=lambda progress: position[progress.pk],
+    )
+    if len(progresses) != len(position):
+        raise RuntimeError(f"pull read {len(progresses)} of {len(position)} claimed agendas")
+    for progress in progresses:
+        callback_enqueue(progress, event=S.EXECUTING, now=now)
+    return [(progress, progress.current_execution) for progress in progresses], queued_before, ready
+
+
+def _queue_claim_portable(
+    *, insight: Insight, count: int, worker: str, now: datetime
+) -> list[tuple[AgendaProgress, Execution]]:
     rows = list(
         QueuedAgenda.objects.filter(insight_id=insight.pk)
         .order_by("position")

@@ -361,16 +361,15 @@ def insight_pull(
 
 
 def insight_pull_once(*, insight: Insight, worker: str, count: int) -> list[PulledAgenda]:
-    """One claim: lease up to `count` agendas in queue order; nudges a fill when it leaves the
-    queue under half full. Locks the claimed queue and progress rows."""
+    """One claim: lease up to `count` agendas in queue order, then read their operations.
+
+    The claim (`states.queue_claim`) locks the claimed queue and progress rows, and nudges a
+    fill when it leaves the queue under half full or finds it empty while work is ready.
+    """
     started = time.perf_counter()
     now = timezone.now()
     with transaction.atomic():
         claimed = states.queue_claim(insight=insight, count=count, worker=worker, now=now)
-        if claimed:
-            left = QueuedAgenda.objects.filter(insight_id=insight.pk).count()
-            if left * 2 < insight.queue_size:
-                states.fill_nudge([insight.pk])
     if not claimed:
         return []
     operations: dict[object, list[OperationProgress]] = {}

@@ -104,11 +104,14 @@ def test_pull_claims_with_skip_locked_before_any_write(
         pull(insight)
 
     statements = [query["sql"] for query in captured.captured_queries]
-    claim = next(i for i, sql in enumerate(statements) if "FOR UPDATE SKIP LOCKED" in sql)
-    first_write = next(
-        i for i, sql in enumerate(statements) if sql.startswith(("UPDATE", "DELETE", "INSERT"))
-    )
-    assert claim < first_write
+    claim = next(i for i, sql in enumerate(statements) if "SKIP LOCKED" in sql)
+    writes = [
+        i
+        for i, sql in enumerate(statements)
+        if sql.lstrip().startswith(("UPDATE", "DELETE", "INSERT"))
+    ]
+    # The claim is one statement (its CTE locks before it writes); any other write follows it.
+    assert all(claim < i for i in writes)
     assert 'FROM "scheduling_queuedagenda"' in statements[claim]
 
 

@@ -1,0 +1,183 @@
+"""The pull claim (agendas/states.py `queue_claim`): one statement on PostgreSQL, the same
+answer and the same side effects as the portable form, and the nudges a claim sends."""
+
+import threading
+from datetime import timedelta
+
+import pytest
+import time_machine
+from django.db import connection, transaction
+from django.test.utils import CaptureQueriesContext
+from django.utils import timezone
+
+from agendas import states
+from agendas.models import AgendaProgress, Execution
+from scheduling import services
+from scheduling.models import CallbackDelivery, QueuedAgenda
+from tests.scheduling.conftest import state_of
+
+pytestmark = pytest.mark.django_db
+
+on_postgresql = pytest.mark.skipif(
+    connection.vendor != "postgresql", reason="the one-statement claim is PostgreSQL's"
+)
+
+
+def _statements(captured) -> list[str]:
+    return [
+        query["sql"]
+        for query in captured.captured_queries
+        if not query["sql"].startswith(("SAVEPOINT", "RELEASE SAVEPOINT"))
+    ]
+
+
+@on_postgresql
+def test_a_pull_is_one_claim_statement_one_read_and_one_operations_read(
+    submitter, submit_agenda, insight, fill
+):
+    for _ in range(3):
+        submit_agenda(submitter)
+    fill(insight)
+
+    with CaptureQueriesContext(connection) as captured:
+        pulled = services.insight_pull_once(insight=insight, worker="w1", count=10)
+
+    assert len(pulled) == 3
+    statements = _statements(captured)
+    assert len(statements) == 3, statements
+    claim, read, operations = statements
+    assert claim.lstrip().startswith("WITH") and "SKIP LOCKED" in claim
+    assert "DELETE FROM" in claim and "INSERT INTO" in claim and "UPDATE" in claim
+    assert read.startswith("SELECT") and '"agendas_execution"' in read
+    assert operations.startswith("SELECT") and '"agendas_operationprogress"' in operations
+
+
+def test_claim_writes_leases_progress_and_returns_queue_order(
+    submitter, submit_agenda, insight, fill
+):
+    agendas = [submit_agenda(submitter) for _ in range(3)]
+    fill(insight)
+
+    with time_machine.travel(timezone.now(), tick=False):
+        now = timezone.now()
+        with transaction.atomic():
+            claimed = states.queue_claim(insight=insight, count=2, worker="pod-7", now=now)
+
+    assert [progress.agenda_id for progress, _ in claimed] == [a.pk for a in agendas[:2]]
+    for progress, execution in claimed:
+        stored = AgendaProgress.objects.get(pk=progress.pk)
+        assert (stored.state, stored.current_execution_id) == ("executing", execution.pk)
+        assert (stored.started_at, stored.message) == (now, "executing on pod-7")
+        assert (progress.state, progress.current_execution_id) == ("executing", execution.pk)
+        assert progress.agenda.customer.slug == submitter.customer.slug
+        row = Execution.objects.get(pk=execution.pk)
+        assert row.lease_token == execution.lease_token
+        assert (row.number, row.worker, row.insight_id) == (1, "pod-7", insight.pk)
+        assert row.lease_expires_at == now + timedelta(seconds=insight.lease_seconds)
+        assert (row.started_at, row.outcome, row.diagnostics) == (now, None, [])
+    assert len({execution.lease_token for _, execution in claimed}) == 2
+    assert list(QueuedAgenda.objects.values_list("agenda_id", flat=True)) == [agendas[2].pk]
+    assert state_of(agendas[2]) == "queued"
+
+
+def test_claim_keeps_the_first_start_time_of_a_retried_agenda(
+    submitter, submit_agenda, insight, fill
+):
+    agenda = submit_agenda(submitter)
+    fill(insight)
+    earlier = timezone.now() - timedelta(hours=1)
+    AgendaProgress.objects.filter(agenda=agenda).update(started_at=earlier)
+
+    with transaction.atomic():
+        [(progress, _)] = states.queue_claim(
+            insight=insight, count=1, worker="", now=timezone.now()
+        )
+
+    stored = AgendaProgress.objects.get(agenda=agenda)
+    assert (stored.started_at, stored.message) == (earlier, "executing")
+    assert progress.started_at == earlier
+
+
+def test_claim_numbers_executions_after_the_highest_so_far(
+    submitter, submit_agenda, insight, fill, pull
+):
+    agenda = submit_agenda(submitter)
+    fill(insight)
+    [first] = pull(insight)
+    # An agenda that had executions 1 and 5 (say, history kept across reruns) gets 6 next.
+    Execution.objects.filter(pk=first.execution.pk).update(number=5, outcome="reclaimed")
+    Execution.objects.create(
+        agenda=agenda,
+        customer_id=agenda.customer_id,
+        number=1,
+        insight=insight,
+        lease_expires_at=timezone.now(),
+        started_at=timezone.now(),
+        outcome="reclaimed",
+    )
+    progress = AgendaProgress.objects.get(agenda=agenda)
+    progress.current_execution = None
+    progress.save(update_fields=["current_execution"])
+    with transaction.atomic():
+        progress = AgendaProgress.objects.select_for_update().get(pk=progress.pk)
+        states.transition(progress, "pending", message="retry")
+        states.transition(progress, "ready")
+    fill(insight)
+
+    [again] = pull(insight)
+
+    assert again.execution.number == 6
+
+
+def test_claim_writes_the_executing_callback_row(settings, submitter, submit_agenda, insight, fill):
+    customer = submitter.customer
+    customer.callback_url = "https://hooks.example/pop"
+    customer.save(update_fields=["callback_url"])
+    agenda = submit_agenda(submitter)
+    fill(insight)
+
+    [pulled] = services.insight_pull_once(insight=insight, worker="w1", count=1)
+
+    [row] = CallbackDelivery.objects.filter(agenda=agenda, event="executing")
+    assert row.url == "https://hooks.example/pop"
+    assert row.body["state"] == "executing"
+    assert row.body["agenda_id"] == str(agenda.pk)
+    assert pulled.progress.state == "executing"
+
+
+@on_postgresql
+@pytest.mark.django_db(transaction=True)
+def test_claim_skips_an_agenda_whose_progress_row_another_transaction_holds(
+    submitter, submit_agenda, insight, fill
+):
+    held, free = submit_agenda(submitter), submit_agenda(submitter)
+    fill(insight)
+    locked, release, errors = threading.Event(), threading.Event(), []
+
+    def hold() -> None:
+        try:
+            with transaction.atomic():
+                AgendaProgress.objects.select_for_update().get(agenda=held)
+                locked.set()
+                release.wait(10)
+        except BaseException as error:
+            errors.append(error)
+        finally:
+            locked.set()
+            connection.close()
+
+    thread = threading.Thread(target=hold)
+    thread.start()
+    try:
+        assert locked.wait(10)
+        pulled = services.insight_pull_once(insight=insight, worker="w1", count=10)
+    finally:
+        release.set()
+        thread.join(10)
+
+    assert errors == []
+    assert [item.agenda.pk for item in pulled] == [free.pk]
+    assert state_of(held) == "queued"
+    assert list(QueuedAgenda.objects.values_list("agenda_id", flat=True)) == [held.pk]
+    [again] = services.insight_pull_once(insight=insight, worker="w1", count=10)
+    assert again.agenda.pk == held.pk

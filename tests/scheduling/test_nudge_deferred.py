@@ -1,0 +1,155 @@
+"""Fill nudges are deferred, not dropped (DESIGN §5.2): a nudge inside the throttle window
+arms one trailing nudge for the window's end, and an empty pull of an insight with ready work
+nudges too."""
+
+import os
+import time
+
+import pytest
+from django.db import connection
+from django_q.models import OrmQ
+
+from agendas import states
+from agendas.models import AgendaProgress
+from scheduling import services
+from scheduling.models import QueuedAgenda
+
+pytestmark = pytest.mark.django_db
+
+
+@pytest.fixture(autouse=True)
+def _fresh_nudges():
+    states.fill_nudges_cancel()
+    yield
+    states.fill_nudges_cancel()
+
+
+def _wait_for(condition, seconds: float) -> bool:
+    deadline = time.monotonic() + seconds
+    while time.monotonic() < deadline:
+        if condition():
+            return True
+        time.sleep(0.05)
+    return condition()
+
+
+@pytest.mark.skipif(
+    connection.vendor != "postgresql", reason="the trailing nudge's thread needs a shared database"
+)
+@pytest.mark.django_db(transaction=True)
+def test_a_burst_inside_the_throttle_window_is_filled_by_the_trailing_nudge(
+    settings, submitter, submit_agenda, insight
+):
+    settings.POP_FILL_NUDGE = "sync"
+    settings.POP_FILL_NUDGE_MIN_INTERVAL = 1.0
+    began = time.monotonic()
+
+    agendas = [submit_agenda(submitter) for _ in range(5)]
+
+    # The first submit's nudge filled at once; the rest of the burst fell in its window.
+    assert time.monotonic() - began < 1.0, "the burst took longer than the throttle window"
+    states_now = dict(AgendaProgress.objects.values_list("agenda_id", "state"))
+    assert states_now[agendas[0].pk] == "queued"
+    assert states_now[agendas[-1].pk] == "ready"
+    assert list(states._trailing_nudges) == [str(insight.pk)]
+    # One trailing nudge at the window's end covers the whole burst, the last submit included.
+    assert _wait_for(lambda: QueuedAgenda.objects.count() == 5, 5.0)
+    assert time.monotonic() - began >= 1.0
+    assert set(AgendaProgress.objects.values_list("state", flat=True)) == {"queued"}
+    assert states._trailing_nudges == {}
+
+
+def test_nudges_inside_the_window_arm_one_trailing_nudge_and_enqueue_one_fill(
+    settings, submitter, submit_agenda, insight, django_capture_on_commit_callbacks
+):
+    settings.POP_FILL_NUDGE = "async"
+    settings.POP_FILL_NUDGE_MIN_INTERVAL = 60
+
+    with django_capture_on_commit_callbacks(execute=True):
+        for _ in range(5):
+            submit_agenda(submitter)
+
+    assert OrmQ.objects.count() == 1
+    assert list(states._trailing_nudges) == [str(insight.pk)]
+
+
+def test_the_trailing_nudge_enqueues_the_fill_when_it_fires(
+    settings, submitter, submit_agenda, insight, django_capture_on_commit_callbacks
+):
+    settings.POP_FILL_NUDGE = "async"
+    settings.POP_FILL_NUDGE_MIN_INTERVAL = 60
+    with django_capture_on_commit_callbacks(execute=True):
+        submit_agenda(submitter)
+        submit_agenda(submitter)
+    [timer] = states._trailing_nudges.values()
+    timer.cancel()  # fire it here, on this test's connection, instead of in 60 s
+    states._fill_nudge_send([str(insight.pk)], "async")
+
+    assert [task.task["args"] for task in OrmQ.objects.all()] == [(str(insight.pk),)] * 2
+
+
+def test_an_empty_pull_of_an_insight_with_ready_work_nudges_a_fill(
+    settings, submitter, submit_agenda, insight, pull, django_capture_on_commit_callbacks
+):
+    agenda = submit_agenda(submitter)  # nudges off: it stays ready, the queue empty
+    settings.POP_FILL_NUDGE = "sync"
+    settings.POP_FILL_NUDGE_MIN_INTERVAL = 0
+
+    with django_capture_on_commit_callbacks(execute=True):
+        assert pull(insight) == []
+
+    assert AgendaProgress.objects.get(agenda=agenda).state == "queued"
+    [pulled] = pull(insight)
+    assert pulled.agenda.pk == agenda.pk
+
+
+def test_an_empty_pull_without_ready_work_does_not_nudge(
+    settings, insight, pull, django_capture_on_commit_callbacks
+):
+    settings.POP_FILL_NUDGE = "async"
+
+    with django_capture_on_commit_callbacks(execute=True) as callbacks:
+        assert pull(insight) == []
+
+    assert callbacks == []
+    assert OrmQ.objects.count() == 0
+
+
+def test_a_pull_nudges_exactly_when_it_leaves_the_queue_under_half_full(
+    settings, submitter, submit_agenda, insight, fill, django_capture_on_commit_callbacks
+):
+    insight.queue_size = 5
+    insight.save()
+    for _ in range(9):
+        submit_agenda(submitter)
+    fill(insight)
+    settings.POP_FILL_NUDGE = "async"
+    settings.POP_FILL_NUDGE_MIN_INTERVAL = 0
+
+    def pull(count: int) -> int:
+        with django_capture_on_commit_callbacks(execute=True):
+            services.insight_pull_once(insight=insight, worker="w1", count=count)
+        return OrmQ.objects.count()
+
+    assert pull(2) == 0  # 3 of 5 left
+    assert pull(1) == 1  # 2 of 5 left: under half
+    assert QueuedAgenda.objects.count() == 2
+
+
+def test_a_forked_child_forgets_the_parents_pending_trailing_nudge(
+    settings, submitter, submit_agenda, insight, django_capture_on_commit_callbacks
+):
+    settings.POP_FILL_NUDGE = "async"
+    settings.POP_FILL_NUDGE_MIN_INTERVAL = 60
+    with django_capture_on_commit_callbacks(execute=True):
+        submit_agenda(submitter)
+        submit_agenda(submitter)
+    assert list(states._trailing_nudges) == [str(insight.pk)]
+
+    child = os.fork()
+    if child == 0:  # the child: its parent's timer thread does not exist here
+        os._exit(0 if states._trailing_nudges == {} and not states._nudge_lock.locked() else 1)
+    _, status = os.waitpid(child, 0)
+
+    assert os.waitstatus_to_exitcode(status) == 0
+    assert list(states._trailing_nudges) == [str(insight.pk)]  # the parent's still pending
