@@ -239,3 +239,17 @@ def test_a_batch_of_common_reports_costs_the_same_statements_for_2_or_20_items(
     assert counts[1] <= 10
     expected = "executing" if state is None else "succeeded"
     assert set(AgendaProgress.objects.values_list("state", flat=True)) == {expected}
+
+
+def test_a_single_report_locks_its_rows_with_one_statement(submitter, submit_agenda, insight, pull):
+    [pulled] = _pulled_many(submitter, submit_agenda, insight, pull, 1)
+
+    with CaptureQueriesContext(connection) as queries:
+        services.execution_report(
+            execution_id=pulled.execution.pk, lease_token=pulled.execution.lease_token
+        )
+
+    statements = [q["sql"] for q in queries.captured_queries if "SAVEPOINT" not in q["sql"]]
+    assert len(statements) == 2  # lock + lease renewal
+    assert "FOR UPDATE OF p, e" in statements[0]
+    assert '"operations"' not in statements[0]  # not the agenda's body: only what reports need
