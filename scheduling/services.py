@@ -5,6 +5,7 @@ holds the locks and transactions around it. Unscoped queries here serve the time
 and the puller API only (STYLE rule 8).
 """
 
+import functools
 import hmac
 import logging
 import math
@@ -655,13 +656,7 @@ def _lock_current(execution_ids: list) -> dict[object, tuple[AgendaProgress, Exe
     """
     if not execution_ids:
         return {}
-    loaders = [
-        _RowLoader(AgendaProgress, "p"),
-        _RowLoader(Execution, "e"),
-        _RowLoader(Agenda, "a", _REPORT_AGENDA_FIELDS),
-        _RowLoader(Customer, "c", _REPORT_CUSTOMER_FIELDS),
-        _RowLoader(Insight, "i", _REPORT_INSIGHT_FIELDS),
-    ]
+    loaders = _report_loaders(connection.vendor)
     table = {
         model: connection.ops.quote_name(model._meta.db_table)
         for model in (AgendaProgress, Execution, Agenda, Customer, Insight)
@@ -691,6 +686,18 @@ def _lock_current(execution_ids: list) -> dict[object, tuple[AgendaProgress, Exe
         progress.agenda = agenda
         locked[execution.pk] = (progress, execution)
     return locked
+
+
+@functools.cache
+def _report_loaders(vendor: str) -> list["_RowLoader"]:
+    # Built once per process and database vendor: converters are looked up, not per report.
+    return [
+        _RowLoader(AgendaProgress, "p"),
+        _RowLoader(Execution, "e"),
+        _RowLoader(Agenda, "a", _REPORT_AGENDA_FIELDS),
+        _RowLoader(Customer, "c", _REPORT_CUSTOMER_FIELDS),
+        _RowLoader(Insight, "i", _REPORT_INSIGHT_FIELDS),
+    ]
 
 
 class _RowLoader:
