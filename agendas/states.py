@@ -208,11 +208,19 @@ def _enter_queue(agenda_id: object, *, position: int | None, now: datetime) -> N
 
 def callback_enqueue(progress: AgendaProgress, *, event: str, now: datetime) -> None:
     """Write the outbox row for `event` when the agenda or its customer has a callback URL."""
+    delivery = _callback_delivery(progress, event=event, now=now)
+    if delivery is not None:
+        delivery.save(force_insert=True)
+
+
+def _callback_delivery(
+    progress: AgendaProgress, *, event: str, now: datetime
+) -> CallbackDelivery | None:
     agenda = progress.agenda
     url = agenda.callback_url or agenda.customer.callback_url
     if not url:
-        return
-    CallbackDelivery.objects.create(
+        return None
+    return CallbackDelivery(
         agenda_id=agenda.pk,
         customer_id=agenda.customer_id,
         link_id=agenda.link_id,
@@ -813,18 +821,23 @@ def operations_apply_report(
     changed: list[OperationProgress] = []
     for item in items:
         operation = operations[item["name"]]
-        fields = []
-        if item.get("state") is not None:
-            fields += operation_set_state(operation, item["state"], now=now)
-        # A worker reports an operation's whole diagnostics list, so it replaces the stored one.
-        for name in ("percent_complete", "message", "result", "params", "diagnostics"):
-            if name in item and getattr(operation, name) != item[name]:
-                setattr(operation, name, item[name])
-                fields.append(name)
+        fields = _operation_apply_item(operation, item, now=now)
         if fields:
             operation.save(update_fields=sorted({*fields, "updated_at"}))
             changed.append(operation)
     return changed
+
+
+def _operation_apply_item(operation: OperationProgress, item: dict, *, now: datetime) -> list[str]:
+    fields = []
+    if item.get("state") is not None:
+        fields += operation_set_state(operation, item["state"], now=now)
+    # A worker reports an operation's whole diagnostics list, so it replaces the stored one.
+    for name in ("percent_complete", "message", "result", "params", "diagnostics"):
+        if name in item and getattr(operation, name) != item[name]:
+            setattr(operation, name, item[name])
+            fields.append(name)
+    return fields
 
 
 def percent_rollup(operations: Iterable[OperationProgress]) -> float:
@@ -878,3 +891,123 @@ def operations_append(
         )
         for offset, item in enumerate(items)
     )
+
+
+# --- Set-based report writes (DESIGN §5.4; the batch report's common case) ----------------
+# Columns written back from the locked, loaded rows: every column a progress report or a plain
+# `succeeded` report can change, so each row ends exactly as the one-by-one path leaves it.
+_REPORT_EXECUTION_COLUMNS = ("last_report_at", "lease_expires_at", "outcome", "ended_at")
+_REPORT_PROGRESS_COLUMNS = (
+    "state",
+    "message",
+    "percent_complete",
+    "attempts_completed",
+    "completed_at",
+    "abort_requested",
+    "pause_requested",
+    "current_execution_id",
+)
+_REPORT_OPERATION_COLUMNS = (
+    "state",
+    "percent_complete",
+    "message",
+    "result",
+    "params",
+    "diagnostics",
+    "attempt_count",
+    "started_at",
+    "completed_at",
+)
+
+
+def operations_apply_reports(
+    reports: Iterable[tuple[dict[str, OperationProgress], list[dict]]], *, now: datetime
+) -> list[OperationProgress]:
+    """`operations_apply_report` for many agendas at once: one UPDATE for every changed row.
+
+    Each pair is one agenda's operations by name and its report's items (names checked).
+    PostgreSQL only.
+    """
+    changed: dict[object, OperationProgress] = {}
+    for operations, items in reports:
+        for item in items:
+            operation = operations[item["name"]]
+            if _operation_apply_item(operation, item, now=now):
+                changed[operation.pk] = operation
+    _update_from_values(OperationProgress, list(changed.values()), _REPORT_OPERATION_COLUMNS)
+    return list(changed.values())
+
+
+def executions_report_many(
+    *,
+    renewed: list[tuple[AgendaProgress, Execution, bool]],
+    succeeded: list[tuple[AgendaProgress, Execution, str]],
+    now: datetime,
+) -> None:
+    """Write many locked current executions' reports with a few statements (PostgreSQL only).
+
+    `renewed`: (progress, execution, progress changed) for progress reports — the caller set
+    the execution's `last_report_at`/`lease_expires_at` and any progress percent or message.
+    `succeeded`: (progress, execution, message) for plain final `succeeded` reports — each
+    ends as `execution_end(…, SUCCEEDED)` would end it: execution closed, agenda succeeded,
+    an attempt counted, the outbox row and the completion line written.
+    """
+    for progress, execution, message in succeeded:
+        check_transition(progress, S.SUCCEEDED)
+        execution.outcome = Execution.Outcome.SUCCEEDED
+        execution.ended_at = now
+        progress.attempts_completed += 1
+        progress.percent_complete = 100.0
+        progress.state = S.SUCCEEDED
+        progress.message = message or "succeeded"
+        progress.completed_at = now
+        progress.abort_requested = progress.pause_requested = False
+        progress.current_execution = None
+    _update_from_values(
+        Execution,
+        [execution for _, execution, _ in renewed] + [execution for _, execution, _ in succeeded],
+        _REPORT_EXECUTION_COLUMNS,
+    )
+    _update_from_values(
+        AgendaProgress,
+        [progress for progress, _, changed in renewed if changed]
+        + [progress for progress, _, _ in succeeded],
+        _REPORT_PROGRESS_COLUMNS,
+    )
+    deliveries = [
+        _callback_delivery(progress, event=S.SUCCEEDED, now=now) for progress, _, _ in succeeded
+    ]
+    CallbackDelivery.objects.bulk_create([d for d in deliveries if d is not None])
+    for progress, _, _ in succeeded:
+        _log_completed(progress, now=now)
+
+
+def _update_from_values(model, rows: list, attnames: Iterable[str], *, chunk: int = 1000) -> None:
+    """UPDATE `model` rows to their instances' values of `attnames` (and a fresh `updated_at`,
+    as `save()` would set it) with `UPDATE … FROM (VALUES …)`, `chunk` rows a statement."""
+    if not rows:
+        return
+    stamp = timezone.now()
+    for row in rows:
+        row.updated_at = stamp
+    by_attname = {field.attname: field for field in model._meta.concrete_fields}
+    fields = [model._meta.pk, *(by_attname[name] for name in (*attnames, "updated_at"))]
+    quote = connection.ops.quote_name
+    row_sql = "(" + ", ".join(f"%s::{field.db_type(connection)}" for field in fields) + ")"
+    names = ", ".join(quote(field.column) for field in fields)
+    assignments = ", ".join(f"{quote(f.column)} = v.{quote(f.column)}" for f in fields[1:])
+    pk = quote(model._meta.pk.column)
+    with connection.cursor() as cursor:
+        for start in range(0, len(rows), chunk):
+            part = rows[start : start + chunk]
+            params = [
+                field.get_db_prep_save(getattr(row, field.attname), connection)
+                for row in part
+                for field in fields
+            ]
+            cursor.execute(
+                f"UPDATE {quote(model._meta.db_table)} AS t SET {assignments} "
+                f"FROM (VALUES {', '.join([row_sql] * len(part))}) AS v({names}) "
+                f"WHERE t.{pk} = v.{pk}",
+                params,
+            )

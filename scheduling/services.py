@@ -5,10 +5,12 @@ holds the locks and transactions around it. Unscoped queries here serve the time
 and the puller API only (STYLE rule 8).
 """
 
+import functools
 import hmac
 import logging
 import math
 import time
+from collections import Counter
 from dataclasses import dataclass, field
 from datetime import datetime, timedelta
 
@@ -446,10 +448,14 @@ def execution_report(
 def execution_report_batch(
     *, reports: list[dict], now: datetime | None = None
 ) -> list[BatchItemResult]:
-    """Apply up to 100 reports in one transaction, each in its own savepoint.
+    """Apply up to 100 reports in one transaction; results come back in the order given.
 
-    Items are applied in execution-id order (a fixed lock order between concurrent batches);
-    results come back in the order given. One item's 400/403/404/409 never fails the others.
+    Every item's execution and progress rows are locked in one statement, in execution-id
+    order (a fixed lock order between concurrent batches), and checked before anything is
+    written, so a refused item (400/403/404/409) is answered untouched and never fails the
+    others. Progress reports and plain `succeeded` reports are then written together, a few
+    statements per batch; the rest (failures, pauses, aborts, diagnostics, an execution or
+    agenda named twice) go one by one, in execution-id order, each in its own savepoint.
     """
     if len(reports) > MAX_BATCH_REPORTS:
         raise ValidationError({"reports": [f"At most {MAX_BATCH_REPORTS} reports per call."]})
@@ -457,7 +463,11 @@ def execution_report_batch(
     results: dict[int, BatchItemResult] = {}
     order = sorted(range(len(reports)), key=lambda index: str(reports[index].get("execution")))
     with transaction.atomic():
+        if database_is_postgresql():
+            results = _report_batch_together(reports, order, now=now)
         for index in order:
+            if index in results:
+                continue
             item = dict(reports[index])
             execution_id = item.pop("execution", None)
             lease_token = item.pop("lease_token", None)
@@ -466,21 +476,154 @@ def execution_report_batch(
                     answer = _execution_report(
                         execution_id=execution_id, lease_token=lease_token, now=now, **item
                     )
-            except ValidationError as error:
-                results[index] = BatchItemResult(
-                    execution_id, 400, detail="invalid report", errors=_errors_of(error)
-                )
-            except PermissionDenied as error:
-                results[index] = BatchItemResult(execution_id, 403, detail=str(error))
-            except Http404 as error:
-                results[index] = BatchItemResult(execution_id, 404, detail=str(error))
-            except InvalidTransition as error:
-                results[index] = BatchItemResult(
-                    execution_id, 409, detail=str(error), current_state=error.current_state
-                )
+            except (ValidationError, PermissionDenied, Http404, InvalidTransition) as error:
+                results[index] = _refused(execution_id, error)
             else:
                 results[index] = BatchItemResult(execution_id, 200, answer=answer)
     return [results[index] for index in range(len(reports))]
+
+
+def _refused(execution_id: object, error: Exception) -> BatchItemResult:
+    if isinstance(error, ValidationError):
+        return BatchItemResult(execution_id, 400, detail="invalid report", errors=_errors_of(error))
+    if isinstance(error, PermissionDenied):
+        return BatchItemResult(execution_id, 403, detail=str(error))
+    if isinstance(error, Http404):
+        return BatchItemResult(execution_id, 404, detail=str(error))
+    assert isinstance(error, InvalidTransition)
+    return BatchItemResult(execution_id, 409, detail=str(error), current_state=error.current_state)
+
+
+_REPORT_FIELDS = frozenset(
+    {
+        "execution",
+        "lease_token",
+        "percent_complete",
+        "message",
+        "operations",
+        "state",
+        "diagnostics",
+    }
+)
+
+
+@dataclass
+class _Together:
+    """One batch item checked and bound for the set-based write."""
+
+    index: int
+    report: dict
+    progress: AgendaProgress
+    execution: Execution
+    operations: dict[str, OperationProgress]
+    items: list[dict]
+
+
+def _report_batch_together(
+    reports: list[dict], order: list[int], *, now: datetime
+) -> dict[int, BatchItemResult]:
+    """Check every item against rows locked in one statement; write the common ones together.
+
+    Returns the results of the items answered here (refused or written); the caller applies
+    the others one by one. An item is answered here with exactly the result, and written with
+    exactly the rows, the one-by-one path would give it.
+    """
+    results: dict[int, BatchItemResult] = {}
+    wanted: dict[int, object] = {}
+    for index in order:
+        report = reports[index]
+        if not _REPORT_FIELDS.issuperset(report):
+            continue  # the one-by-one path fails on it as it always did
+        execution_id = report.get("execution")
+        state = report.get("state")
+        try:
+            if state is not None and state not in REPORT_OUTCOMES:
+                raise ValidationError({"state": [f"Must be one of {sorted(REPORT_OUTCOMES)}."]})
+            wanted[index] = Execution._meta.pk.to_python(execution_id)
+        except ValidationError as error:
+            results[index] = _refused(execution_id, error)
+    locked = _lock_current([pk for pk in wanted.values() if pk is not None])
+    # Two items for one execution or one agenda depend on each other: one by one, in order.
+    agendas = Counter(locked[pk][0].agenda_id for pk in wanted.values() if pk in locked)
+    shared = {agenda_id for agenda_id, items in agendas.items() if items > 1}
+    checked: list[tuple[int, AgendaProgress, Execution]] = []
+    for index, pk in wanted.items():
+        report = reports[index]
+        progress, execution = locked.get(pk, (None, None))
+        if progress is not None and progress.agenda_id in shared:
+            continue
+        try:
+            _check_current(report.get("execution"), report.get("lease_token"), progress, execution)
+        except (PermissionDenied, Http404, InvalidTransition) as error:
+            results[index] = _refused(report.get("execution"), error)
+        else:
+            checked.append((index, progress, execution))
+    operations = _operations_of(
+        [progress for index, progress, _ in checked if reports[index].get("operations")]
+    )
+    together: list[_Together] = []
+    for index, progress, execution in checked:
+        report = reports[index]
+        try:
+            by_name, items = _resolve_operations(
+                operations.get(progress.pk, {}), report.get("operations") or []
+            )
+        except ValidationError as error:
+            results[index] = _refused(report.get("execution"), error)
+            continue
+        if report.get("state") in (None, S.SUCCEEDED) and not report.get("diagnostics"):
+            together.append(_Together(index, report, progress, execution, by_name, items))
+    results.update(_write_together(together, now=now))
+    return results
+
+
+def _write_together(together: list[_Together], *, now: datetime) -> dict[int, BatchItemResult]:
+    """`_execution_report` for many progress and plain `succeeded` reports, set-based."""
+    if not together:
+        return {}
+    states.operations_apply_reports(
+        [(entry.operations, entry.items) for entry in together if entry.items], now=now
+    )
+    renewed, succeeded = [], []
+    for entry in together:
+        progress, execution, report = entry.progress, entry.execution, entry.report
+        changed = _report_progress_fields(
+            progress,
+            entry.operations,
+            entry.items,
+            report.get("percent_complete"),
+            report.get("message"),
+            [],
+        )
+        execution.last_report_at = now
+        if report.get("state") is None:
+            execution.lease_expires_at = now + timedelta(
+                seconds=progress.agenda.insight.lease_seconds
+            )
+            renewed.append((progress, execution, bool(changed)))
+        else:
+            reason = report.get("message") or f"worker reported {S.SUCCEEDED}"
+            succeeded.append((progress, execution, reason))
+    states.executions_report_many(renewed=renewed, succeeded=succeeded, now=now)
+    results = {}
+    for entry in together:
+        execution_id = entry.report.get("execution")
+        if entry.report.get("state") is None:
+            metrics.REPORTS.labels("progress").inc()
+            answer = ReportAnswer(
+                abort=entry.progress.abort_requested,
+                pause=entry.progress.pause_requested,
+                lease_expires_at=entry.execution.lease_expires_at,
+                state=entry.progress.state,
+            )
+        else:
+            metrics.REPORTS.labels(S.SUCCEEDED).inc()
+            metrics.OUTCOMES.labels(Outcome.SUCCEEDED).inc()
+            answer = ReportAnswer(
+                abort=False, pause=False, lease_expires_at=None, state=entry.progress.state
+            )
+        results[entry.index] = BatchItemResult(execution_id, 200, answer=answer)
+    return results
 
 
 def _errors_of(error: ValidationError) -> dict:
@@ -489,21 +632,135 @@ def _errors_of(error: ValidationError) -> dict:
     return {"non_field_errors": [str(message) for message in error.messages]}
 
 
+# What a report reads besides the locked progress and execution rows: the lease length, the
+# retry policy, and what the outbox row and the completion line carry. Not locked.
+_REPORT_AGENDA_FIELDS = frozenset(
+    {
+        "id",
+        "customer_id",
+        "insight_id",
+        "link_id",
+        "cid",
+        "external_id",
+        "callback_url",
+        "created_at",
+        "priority",
+        "max_attempts",
+        "retry_delay_seconds",
+    }
+)
+_REPORT_CUSTOMER_FIELDS = frozenset({"id", "slug", "callback_url"})
+_REPORT_INSIGHT_FIELDS = frozenset({"id", "lease_seconds"})
+
+
+def _lock_current(execution_ids: list) -> dict[object, tuple[AgendaProgress, Execution]]:
+    """Lock executions and their agendas' progress rows in one statement, in execution-id order.
+
+    Returns {execution id: (progress, execution)}; each progress carries its agenda with the
+    agenda's customer and insight, loaded with only the columns a report needs. Progress rows
+    are locked before execution rows, as everywhere else.
+    """
+    if not execution_ids:
+        return {}
+    loaders = _report_loaders(connection.vendor)
+    table = {
+        model: connection.ops.quote_name(model._meta.db_table)
+        for model in (AgendaProgress, Execution, Agenda, Customer, Insight)
+    }
+    lock = ""
+    if connection.features.has_select_for_update_of:
+        lock = "FOR UPDATE OF p, e"
+    elif connection.features.has_select_for_update:
+        lock = "FOR UPDATE"
+    prepare = Execution._meta.pk.get_db_prep_value
+    sql = (
+        f"SELECT {', '.join(column for loader in loaders for column in loader.columns)} "
+        f"FROM {table[Execution]} e "
+        f"JOIN {table[AgendaProgress]} p ON p.agenda_id = e.agenda_id "
+        f"JOIN {table[Agenda]} a ON a.id = e.agenda_id "
+        f"JOIN {table[Customer]} c ON c.id = a.customer_id "
+        f"JOIN {table[Insight]} i ON i.id = a.insight_id "
+        f"WHERE e.id IN ({', '.join(['%s'] * len(execution_ids))}) ORDER BY e.id {lock}"
+    )
+    with connection.cursor() as cursor:
+        cursor.execute(sql, [prepare(pk, connection) for pk in execution_ids])
+        rows = cursor.fetchall()
+    locked = {}
+    for row in rows:
+        progress, execution, agenda, customer, insight = _load_row(loaders, row)
+        agenda.customer, agenda.insight = customer, insight
+        progress.agenda = agenda
+        locked[execution.pk] = (progress, execution)
+    return locked
+
+
+@functools.cache
+def _report_loaders(vendor: str) -> list["_RowLoader"]:
+    # Built once per process and database vendor: converters are looked up, not per report.
+    return [
+        _RowLoader(AgendaProgress, "p"),
+        _RowLoader(Execution, "e"),
+        _RowLoader(Agenda, "a", _REPORT_AGENDA_FIELDS),
+        _RowLoader(Customer, "c", _REPORT_CUSTOMER_FIELDS),
+        _RowLoader(Insight, "i", _REPORT_INSIGHT_FIELDS),
+    ]
+
+
+class _RowLoader:
+    """Model instances from a raw row's columns, with the ORM's value converters applied."""
+
+    def __init__(self, model, alias: str, attnames: frozenset[str] | None = None) -> None:
+        self.model = model
+        self.fields = [
+            model_field
+            for model_field in model._meta.concrete_fields
+            if attnames is None or model_field.attname in attnames
+        ]
+        self.attnames = [model_field.attname for model_field in self.fields]
+        self.columns = [f"{alias}.{connection.ops.quote_name(f.column)}" for f in self.fields]
+        self.converters = []
+        for position, model_field in enumerate(self.fields):
+            column = model_field.get_col(alias)
+            found = connection.ops.get_db_converters(column) + column.get_db_converters(connection)
+            if found:
+                self.converters.append((position, column, found))
+
+    def load(self, values: list):
+        for position, column, converters in self.converters:
+            for converter in converters:
+                values[position] = converter(values[position], column, connection)
+        return self.model.from_db(connection.alias, self.attnames, values)
+
+
+def _load_row(loaders: list[_RowLoader], row: tuple) -> list:
+    instances, start = [], 0
+    for loader in loaders:
+        end = start + len(loader.fields)
+        instances.append(loader.load(list(row[start:end])))
+        start = end
+    return instances
+
+
 def _current_execution(
     execution_id: object, lease_token: object
 ) -> tuple[AgendaProgress, Execution]:
     """Lock and return the progress and execution a lease token speaks for, or refuse."""
-    agenda_id = (
-        Execution.objects.filter(pk=execution_id).values_list("agenda_id", flat=True).first()
-    )
-    if agenda_id is None:
+    pk = Execution._meta.pk.to_python(execution_id)
+    progress, execution = _lock_current([pk]).get(pk, (None, None)) if pk else (None, None)
+    _check_current(execution_id, lease_token, progress, execution)
+    return progress, execution
+
+
+def _check_current(
+    execution_id: object,
+    lease_token: object,
+    progress: AgendaProgress | None,
+    execution: Execution | None,
+) -> None:
+    """Refuse a report for a missing execution (404), with a wrong lease (403), or for an
+    execution that is no longer its agenda's current one (409)."""
+    if execution is None:
         raise Http404(f"No execution {execution_id}.")
-    progress = (
-        AgendaProgress.objects.select_for_update(of=("self",))
-        .select_related("agenda", "agenda__customer", "agenda__insight")
-        .get(agenda_id=agenda_id)
-    )
-    execution = Execution.objects.select_for_update().get(pk=execution_id)
     if not lease_token or not hmac.compare_digest(
         str(execution.lease_token), str(lease_token).strip()
     ):
@@ -519,7 +776,16 @@ def _current_execution(
             f"{progress.state}. Stop working on it.",
             current_state=progress.state,
         )
-    return progress, execution
+
+
+def _operations_of(progresses: list[AgendaProgress]) -> dict[object, dict[str, OperationProgress]]:
+    """The operations of each agenda, by progress id and then name, in one query."""
+    if not progresses:
+        return {}
+    found: dict[object, dict[str, OperationProgress]] = {}
+    for operation in OperationProgress.objects.filter(agenda_progress__in=progresses):
+        found.setdefault(operation.agenda_progress_id, {})[operation.name] = operation
+    return found
 
 
 def _operations_by_name(
@@ -528,10 +794,14 @@ def _operations_by_name(
     """The agenda's operations keyed by name, and the items with names resolved; 400 if unknown."""
     if not items:
         return {}, []
-    operations = {
-        operation.name: operation
-        for operation in OperationProgress.objects.filter(agenda_progress=progress)
-    }
+    return _resolve_operations(_operations_of([progress]).get(progress.pk, {}), items)
+
+
+def _resolve_operations(
+    operations: dict[str, OperationProgress], items: list[dict]
+) -> tuple[dict[str, OperationProgress], list[dict]]:
+    if not items:
+        return {}, []
     by_lower = {name.lower(): name for name in operations}
     resolved, errors = [], {}
     for index, item in enumerate(items):
@@ -546,6 +816,31 @@ def _operations_by_name(
     if errors:
         raise ValidationError(errors)
     return operations, resolved
+
+
+def _report_progress_fields(
+    progress: AgendaProgress,
+    operations: dict[str, OperationProgress],
+    items: list[dict],
+    percent_complete: float | None,
+    message: str | None,
+    entries: list[dict],
+) -> set[str]:
+    """Set a report's percent, message and diagnostics on `progress`; return the fields set."""
+    fields = set()
+    if items:
+        progress.percent_complete = states.percent_rollup(operations.values())
+        fields.add("percent_complete")
+    elif percent_complete is not None:
+        progress.percent_complete = round(min(100.0, max(0.0, float(percent_complete))), 2)
+        fields.add("percent_complete")
+    if message is not None:
+        progress.message = message
+        fields.add("message")
+    if entries:
+        progress.diagnostics = [*progress.diagnostics, *entries]
+        fields.add("diagnostics")
+    return fields
 
 
 def _execution_report(
@@ -565,20 +860,8 @@ def _execution_report(
     by_name, items = _operations_by_name(progress, operations or [])
     if items:
         states.operations_apply_report(by_name, items, now=now)
-    fields = set()
-    if items:
-        progress.percent_complete = states.percent_rollup(by_name.values())
-        fields.add("percent_complete")
-    elif percent_complete is not None:
-        progress.percent_complete = round(min(100.0, max(0.0, float(percent_complete))), 2)
-        fields.add("percent_complete")
-    if message is not None:
-        progress.message = message
-        fields.add("message")
     entries = [_diagnostic(entry, now=now) for entry in diagnostics or []]
-    if entries:
-        progress.diagnostics = [*progress.diagnostics, *entries]
-        fields.add("diagnostics")
+    fields = _report_progress_fields(progress, by_name, items, percent_complete, message, entries)
     execution.last_report_at = now
     if state is None:
         if fields:
