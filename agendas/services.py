@@ -515,22 +515,18 @@ def _bulk_plan(
     entries to write. Reads: the caller's customer (once), the earlier agendas of the items'
     idempotency keys (once) and each customer's insight candidates (once per customer)."""
     fields = [_bulk_item(item) for item in items]
+    checked: dict[object, Customer | dict[str, list[str]]] = {}
     customers: list[Customer | dict[str, list[str]]] = []
-    default: list[Customer | dict[str, list[str]]] = []
     for item in fields:
+        # Items naming no customer share the caller's only one: resolved (or refused) once.
         given = item["customer"]
-        if given is None and default:
-            customers.append(default[0])
-            continue
-        try:
-            checked: Customer | dict[str, list[str]] = _checked_customer(
-                principal=principal, customer=given
-            )
-        except (ValidationError, PermissionDenied) as error:
-            checked = _bulk_errors(error)
-        if given is None:
-            default.append(checked)
-        customers.append(checked)
+        key = None if given is None else given.pk
+        if key not in checked:
+            try:
+                checked[key] = _checked_customer(principal=principal, customer=given)
+            except (ValidationError, PermissionDenied) as error:
+                checked[key] = _bulk_errors(error)
+        customers.append(checked[key])
 
     by_key = _earlier_by_key(
         {
