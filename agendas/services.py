@@ -4,7 +4,9 @@ Every public function checks the caller's role first, runs in one transaction an
 state only through agendas/states.py.
 """
 
+import inspect
 import uuid
+from collections.abc import Callable
 from datetime import datetime
 from typing import Any
 
@@ -22,7 +24,7 @@ from agendas.validation import (
     validate_agenda_options,
     validate_operations,
 )
-from resourcepools.mapping import choose_insight
+from resourcepools.mapping import InsightCandidate, choose_insight
 from resourcepools.models import Customer, Membership
 from resourcepools.selectors import (
     Principal,
@@ -89,51 +91,32 @@ def agenda_submit(
 
     Returns (agenda, created); `created` is False when `idempotency_key` named an earlier agenda.
     """
-    customer = submitting_customer(principal=principal, customer=customer)
-    require_role(principal, customer.pk, Role.SUBMITTER)
-    if not customer.is_active:
-        raise ValidationError({"customer": [f"Customer {customer.slug} is not active."]})
+    customer = _checked_customer(principal=principal, customer=customer)
     if idempotency_key:
         earlier = Agenda.objects.filter(customer=customer, idempotency_key=idempotency_key).first()
         if earlier is not None:
             return earlier, False
     params = params or {}
-    errors = validate_operations(operations) | validate_agenda_options(
-        priority=priority, max_attempts=max_attempts, retry_delay_seconds=retry_delay_seconds
-    )
-    if errors:
-        raise ValidationError(errors)
-    candidate = choose_insight(
-        insight_candidates_for(customer),
+    agenda = _unsaved_agenda(
+        customer=customer,
+        candidates=lambda: insight_candidates_for(customer),
         operations=operations,
         params=params,
         default_insight=default_insight,
+        template=template,
+        schedule=schedule,
+        priority=priority,
+        max_attempts=max_attempts,
+        retry_delay_seconds=retry_delay_seconds,
+        callback_url=callback_url,
+        external_id=external_id,
+        idempotency_key=idempotency_key or "",
+        link_id=link_id,
+        cid=cid,
     )
-    if candidate is None:
-        pool = customer.resource_pool.name if customer.resource_pool else "(none)"
-        types = sorted({operation["type"] for operation in operations})
-        raise ValidationError(
-            {"insight": [f"No insight of pool {pool} accepts operation types {types}."]}
-        )
     try:
         with transaction.atomic():
-            agenda = Agenda.objects.create(
-                customer=customer,
-                template=template,
-                schedule=schedule,
-                insight_id=uuid.UUID(candidate.id),
-                operations=operations,
-                params=params,
-                priority=priority,
-                max_attempts=max_attempts,
-                retry_delay_seconds=retry_delay_seconds,
-                callback_url=callback_url,
-                external_id=external_id,
-                idempotency_key=idempotency_key or "",
-                link_id=link_id,
-                cid=cid,
-            )
-            agenda.customer = customer
+            agenda.save(force_insert=True)
             states.progress_create(
                 agenda=agenda, run_after=run_after, do_not_run=do_not_run, now=timezone.now()
             )
@@ -143,6 +126,52 @@ def agenda_submit(
         # A concurrent submit with the same key won the unique constraint: return its agenda.
         return Agenda.objects.get(customer=customer, idempotency_key=idempotency_key), False
     return agenda, True
+
+
+def _checked_customer(*, principal: Principal | None, customer: Customer | None) -> Customer:
+    """The submission's customer, once the caller may submit for it and it is active."""
+    customer = submitting_customer(principal=principal, customer=customer)
+    require_role(principal, customer.pk, Role.SUBMITTER)
+    if not customer.is_active:
+        raise ValidationError({"customer": [f"Customer {customer.slug} is not active."]})
+    return customer
+
+
+def _unsaved_agenda(
+    *,
+    customer: Customer,
+    candidates: Callable[[], list[InsightCandidate]],
+    operations: Any,
+    params: dict,
+    default_insight: str | None,
+    **fields: Any,
+) -> Agenda:
+    """Validate the operations and options, map them to an insight and build the (unsaved)
+    Agenda."""
+    options = {
+        name: fields[name]
+        for name in ("priority", "max_attempts", "retry_delay_seconds")
+        if name in fields
+    }
+    errors = validate_operations(operations) | validate_agenda_options(**options)
+    if errors:
+        raise ValidationError(errors)
+    candidate = choose_insight(
+        candidates(), operations=operations, params=params, default_insight=default_insight
+    )
+    if candidate is None:
+        pool = customer.resource_pool.name if customer.resource_pool else "(none)"
+        types = sorted({operation["type"] for operation in operations})
+        raise ValidationError(
+            {"insight": [f"No insight of pool {pool} accepts operation types {types}."]}
+        )
+    return Agenda(
+        customer=customer,
+        insight_id=uuid.UUID(candidate.id),
+        operations=operations,
+        params=params,
+        **fields,
+    )
 
 
 def template_expand(*, template: AgendaTemplate, payload: Any) -> dict:
@@ -476,28 +505,153 @@ def agenda_template_run(
     )
 
 
+# Keyword arguments of agenda_submit a bulk item may carry, with their defaults.
+_ITEM_DEFAULTS: dict[str, Any] = {
+    name: parameter.default
+    for name, parameter in inspect.signature(agenda_submit).parameters.items()
+    if name not in ("principal", "cid")
+}
+# Bulk writes retried after losing an idempotency key to a concurrent submit.
+_KEY_RACE_ATTEMPTS = 3
+
+BulkResult = Agenda | dict[str, list[str]]
+
+
 @transaction.atomic
 def agendas_submit_many(
     *, principal: Principal | None, items: list[dict[str, Any]], cid: str = ""
-) -> list[Agenda | dict[str, list[str]]]:
-    """Submit each item on its own savepoint; one result per item, the agenda or its errors.
+) -> list[BulkResult]:
+    """Submit many agendas; one result per item, in order: the agenda or its errors.
 
-    One bad item never blocks the others (DESIGN §4.1); all good items commit together.
+    Each item is checked exactly as `agenda_submit` checks it and fails on its own (DESIGN
+    §4.1): an item whose idempotency key names an earlier agenda, of this batch or before it,
+    returns that agenda. Customers, roles and insight candidates are resolved once per call;
+    the good items are written together, one INSERT per table.
     """
     if not principal_is_staff(principal) and not customer_ids_with_role(principal, Role.SUBMITTER):
         raise PermissionDenied("Submitting needs the submitter role for a customer.")
-    results: list[Agenda | dict[str, list[str]]] = []
-    for item in items:
+    for attempt in range(1, _KEY_RACE_ATTEMPTS + 1):
+        results, new = _bulk_plan(principal=principal, items=items, cid=cid)
+        keyed = any(agenda.idempotency_key for agenda, _, _ in new)
         try:
-            with transaction.atomic():
-                agenda, _ = agenda_submit(principal=principal, cid=cid, **item)
-            results.append(agenda)
-        except ValidationError as error:
-            results.append(
-                error.message_dict
-                if hasattr(error, "error_dict")
-                else {"non_field_errors": error.messages}
+            with transaction.atomic(savepoint=keyed):
+                Agenda.objects.bulk_create([agenda for agenda, _, _ in new])
+                states.progress_create_many(new, now=timezone.now())
+        except IntegrityError:
+            # A concurrent submit took one of the keys after the plan read them: plan again,
+            # and the item returns that agenda (agenda_submit does the same for one item).
+            if not keyed or attempt == _KEY_RACE_ATTEMPTS:
+                raise
+            continue
+        return results
+    raise AssertionError("unreachable")
+
+
+def _bulk_item(item: dict[str, Any]) -> dict[str, Any]:
+    # The item as agenda_submit's keyword arguments; a wrong key is a TypeError, as in a call.
+    unknown = sorted(set(item) - set(_ITEM_DEFAULTS))
+    if unknown:
+        raise TypeError(f"agendas_submit_many() got unexpected item keys {unknown}")
+    fields = {**_ITEM_DEFAULTS, **item}
+    if fields["operations"] is inspect.Parameter.empty:
+        raise TypeError("agendas_submit_many() item is missing 'operations'")
+    return fields
+
+
+def _bulk_errors(error: ValidationError | PermissionDenied) -> dict[str, list[str]]:
+    if isinstance(error, PermissionDenied):
+        return {"customer": [str(error)]}
+    return (
+        error.message_dict if hasattr(error, "error_dict") else {"non_field_errors": error.messages}
+    )
+
+
+def _bulk_plan(
+    *, principal: Principal | None, items: list[dict[str, Any]], cid: str
+) -> tuple[list[BulkResult], list[tuple[Agenda, datetime | None, bool]]]:
+    """Check every item in Python; return the results and the (agenda, run_after, do_not_run)
+    entries to write. Reads: the caller's customer (once), the earlier agendas of the items'
+    idempotency keys (once) and each customer's insight candidates (once per customer)."""
+    fields = [_bulk_item(item) for item in items]
+    checked: dict[object, Customer | dict[str, list[str]]] = {}
+    customers: list[Customer | dict[str, list[str]]] = []
+    for item in fields:
+        # Items naming no customer share the caller's only one: resolved (or refused) once.
+        given = item["customer"]
+        key = None if given is None else given.pk
+        if key not in checked:
+            try:
+                checked[key] = _checked_customer(principal=principal, customer=given)
+            except (ValidationError, PermissionDenied) as error:
+                checked[key] = _bulk_errors(error)
+        customers.append(checked[key])
+
+    by_key = _earlier_by_key(
+        {
+            (customer.pk, item["idempotency_key"])
+            for item, customer in zip(fields, customers, strict=True)
+            if item["idempotency_key"] and isinstance(customer, Customer)
+        }
+    )
+    candidates: dict[object, list[InsightCandidate]] = {}
+
+    def candidates_of(customer: Customer) -> Callable[[], list[InsightCandidate]]:
+        def read() -> list[InsightCandidate]:
+            if customer.pk not in candidates:
+                candidates[customer.pk] = insight_candidates_for(customer)
+            return candidates[customer.pk]
+
+        return read
+
+    results: list[BulkResult] = []
+    new: list[tuple[Agenda, datetime | None, bool]] = []
+    for item, customer in zip(fields, customers, strict=True):
+        if not isinstance(customer, Customer):
+            results.append(customer)
+            continue
+        key = item["idempotency_key"]
+        if key and (customer.pk, key) in by_key:
+            results.append(by_key[customer.pk, key])
+            continue
+        params = item["params"] or {}
+        try:
+            agenda = _unsaved_agenda(
+                customer=customer,
+                candidates=candidates_of(customer),
+                operations=item["operations"],
+                params=params,
+                default_insight=item["default_insight"],
+                template=item["template"],
+                schedule=item["schedule"],
+                priority=item["priority"],
+                max_attempts=item["max_attempts"],
+                retry_delay_seconds=item["retry_delay_seconds"],
+                callback_url=item["callback_url"],
+                external_id=item["external_id"],
+                idempotency_key=key or "",
+                link_id=item["link_id"],
+                cid=cid,
             )
-        except PermissionDenied as error:
-            results.append({"customer": [str(error)]})
-    return results
+        except ValidationError as error:
+            results.append(_bulk_errors(error))
+            continue
+        if key:
+            by_key[customer.pk, key] = agenda
+        results.append(agenda)
+        new.append((agenda, item["run_after"], item["do_not_run"]))
+    return results, new
+
+
+def _earlier_by_key(keys: set[tuple[object, str]]) -> dict[tuple[object, str], Agenda]:
+    """The agendas already holding these (customer id, idempotency key) pairs, with progress."""
+    if not keys:
+        return {}
+    earlier = Agenda.objects.select_related("progress").filter(
+        customer_id__in={customer_id for customer_id, _ in keys},
+        idempotency_key__in={key for _, key in keys},
+    )
+    return {
+        (agenda.customer_id, agenda.idempotency_key): agenda
+        for agenda in earlier
+        if (agenda.customer_id, agenda.idempotency_key) in keys
+    }

@@ -15,7 +15,7 @@ import random
 import threading
 import time
 import uuid
-from collections.abc import Iterable
+from collections.abc import Iterable, Sequence
 from datetime import datetime, timedelta
 from functools import partial
 
@@ -82,8 +82,56 @@ def progress_create(
     *, agenda: Agenda, run_after: datetime | None, do_not_run: bool, now: datetime
 ) -> AgendaProgress:
     """Write the progress and operation rows of a new agenda, ready or pending (submit)."""
+    progress = _new_progress(agenda, run_after=run_after, do_not_run=do_not_run, now=now)
+    progress.save(force_insert=True)
+    OperationProgress.objects.bulk_create(_new_operations(progress, agenda))
+    if progress.state == S.READY:
+        _enter_ready(progress, agenda=agenda, now=now)
+    return progress
+
+
+def progress_create_many(
+    entries: Sequence[tuple[Agenda, datetime | None, bool]], *, now: datetime
+) -> list[AgendaProgress]:
+    """`progress_create` for many new (already inserted) agendas: one INSERT per table.
+
+    `entries` are (agenda, run_after, do_not_run). Each progress is cached on its agenda
+    (`agenda.progress`). Ready rows get `added_at` one microsecond apart in entry order, so the
+    FIFO order within the batch is kept; one fill nudge covers every insight involved.
+    """
+    progresses = [
+        _new_progress(agenda, run_after=run_after, do_not_run=do_not_run, now=now)
+        for agenda, run_after, do_not_run in entries
+    ]
+    AgendaProgress.objects.bulk_create(progresses)
+    OperationProgress.objects.bulk_create(
+        operation
+        for progress in progresses
+        for operation in _new_operations(progress, progress.agenda)
+    )
+    ready = [progress.agenda for progress in progresses if progress.state == S.READY]
+    ReadyAgenda.objects.bulk_create(
+        ReadyAgenda(
+            agenda_id=agenda.pk,
+            insight_id=agenda.insight_id,
+            customer_id=agenda.customer_id,
+            priority=agenda.priority,
+            added_at=now + timedelta(microseconds=index),
+        )
+        for index, agenda in enumerate(ready)
+    )
+    fill_nudge(agenda.insight_id for agenda in ready)
+    for progress in progresses:
+        progress.agenda.progress = progress
+    return progresses
+
+
+def _new_progress(
+    agenda: Agenda, *, run_after: datetime | None, do_not_run: bool, now: datetime
+) -> AgendaProgress:
+    # A new agenda starts ready, or pending when held or not yet due (DESIGN §3, submit).
     waiting = do_not_run or (run_after is not None and run_after > now)
-    progress = AgendaProgress.objects.create(
+    return AgendaProgress(
         agenda=agenda,
         customer_id=agenda.customer_id,
         link_id=agenda.link_id,
@@ -93,7 +141,10 @@ def progress_create(
         run_after=run_after,
         do_not_run=do_not_run,
     )
-    OperationProgress.objects.bulk_create(
+
+
+def _new_operations(progress: AgendaProgress, agenda: Agenda) -> list[OperationProgress]:
+    return [
         OperationProgress(
             agenda_progress=progress,
             customer_id=agenda.customer_id,
@@ -105,10 +156,7 @@ def progress_create(
             state=OpState.WAITING,
         )
         for index, operation in enumerate(agenda.operations)
-    )
-    if not waiting:
-        _enter_ready(progress, agenda=agenda, now=now)
-    return progress
+    ]
 
 
 def transition(

@@ -275,6 +275,30 @@ class AgendaSerializer(serializers.ModelSerializer):
         return processing_state(agenda.progress.state)
 
 
+class AgendaBulkAgendaSerializer(serializers.ModelSerializer):
+    """A bulk item's agenda, slim: built from what the submit wrote, without reading it back."""
+
+    state = serializers.CharField(source="progress.state", read_only=True)
+    processing_state = serializers.SerializerMethodField()
+
+    class Meta:
+        model = Agenda
+        fields = [
+            "id",
+            "customer",
+            "insight",
+            "link_id",
+            "external_id",
+            "idempotency_key",
+            "state",
+            "processing_state",
+        ]
+        read_only_fields = fields
+
+    def get_processing_state(self, agenda: Agenda) -> str:
+        return processing_state(agenda.progress.state)
+
+
 class AgendaBulkErrorSerializer(serializers.Serializer):
     errors = serializers.DictField(
         child=serializers.ListField(child=serializers.CharField()),
@@ -285,7 +309,7 @@ class AgendaBulkErrorSerializer(serializers.Serializer):
 @extend_schema_field(
     PolymorphicProxySerializer(
         component_name="AgendaBulkResult",
-        serializers=[AgendaSerializer, AgendaBulkErrorSerializer],
+        serializers=[AgendaBulkAgendaSerializer, AgendaBulkErrorSerializer],
         resource_type_field_name=None,
         many=True,
     )

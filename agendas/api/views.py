@@ -17,6 +17,7 @@ from agendas.api.filters import (
     OperationProgressFilter,
 )
 from agendas.api.serializers import (
+    AgendaBulkAgendaSerializer,
     AgendaBulkItemSerializer,
     AgendaBulkResponseSerializer,
     AgendaBulkSerializer,
@@ -91,14 +92,10 @@ def agenda_detail(request: Request, agenda: Agenda) -> dict:
     return AgendaSerializer(fresh, context={"request": request}).data
 
 
-def bulk_results(request: Request, results: list[Agenda | dict]) -> list[dict]:
-    """Serialize bulk results in order: the agenda (read back in one query) or its errors."""
-    agendas = agenda_list(principal=request.user).in_bulk(
-        [result.pk for result in results if isinstance(result, Agenda)]
-    )
-    context = {"request": request}
+def bulk_results(results: list[Agenda | dict]) -> list[dict]:
+    """Serialize bulk results in order: the agenda, slim and as written, or the item's errors."""
     return [
-        AgendaSerializer(agendas[result.pk], context=context).data
+        AgendaBulkAgendaSerializer(result).data
         if isinstance(result, Agenda)
         else {"errors": result}
         for result in results
@@ -151,7 +148,7 @@ class AgendaViewSet(mixins.ListModelMixin, mixins.RetrieveModelMixin, CustomerSc
         results = [
             flatten_errors(item.errors) if item.errors else next(submitted) for item in checked
         ]
-        return Response({"results": bulk_results(request, results)})
+        return Response({"results": bulk_results(results)})
 
     @extend_schema(
         request=AgendaRerunSerializer,
