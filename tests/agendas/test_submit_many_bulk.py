@@ -4,7 +4,7 @@ from datetime import timedelta
 
 import pytest
 from django.core.exceptions import PermissionDenied
-from django.db import IntegrityError, connection
+from django.db import connection
 from django.test.utils import CaptureQueriesContext
 from django.utils import timezone
 
@@ -232,14 +232,15 @@ def test_a_key_taken_by_a_concurrent_submit_returns_that_agenda(
     assert _row_counts() == (2, 2, 3, 2)
 
 
-def test_a_write_failure_without_keys_fails_the_whole_batch(submitter, insight):
-    with pytest.raises(IntegrityError):
-        agendas_submit_many(
-            principal=submitter.user,
-            items=[{"operations": ONE_STEP}, {"operations": ONE_STEP, "priority": 99}],
-        )
+def test_an_out_of_range_option_fails_its_item_only(submitter, insight):
+    results = agendas_submit_many(
+        principal=submitter.user,
+        items=[{"operations": ONE_STEP}, {"operations": ONE_STEP, "priority": 99}],
+    )
 
-    assert _row_counts() == (0, 0, 0, 0)
+    assert isinstance(results[0], Agenda)
+    assert results[1] == {"priority": ["Must be between 0 and 9."]}
+    assert _row_counts() == (1, 1, 1, 1)
 
 
 def test_a_viewer_may_not_submit_in_bulk(viewer, insight):
