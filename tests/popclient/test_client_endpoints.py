@@ -332,7 +332,9 @@ def test_every_server_route_has_a_client_method():
                 else:
                     continue
                 route = re.sub(r"\(\?P<\w+>[^)]*\)|<[^>]+>", "{}", text[len("api/v1/") :])
-                for method in methods - {"put"}:  # PUT: update_* send PATCH (same handler)
+                # PUT: update_* send PATCH (same handler). HEAD: DRF adds it to a viewset's
+                # actions once a GET has been served in this process, so it depends on order.
+                for method in methods - {"put", "head", "options"}:
                     yield method.upper(), route
 
     # Not endpoints of the API: its root listing, the catch-all 404 and the schema pages.
