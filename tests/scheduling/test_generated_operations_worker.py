@@ -16,6 +16,28 @@ from popclient.worker import Worker
 pytestmark = pytest.mark.django_db(transaction=True)
 
 
+def _run_worker(live_server, worker, insight, *, split, work) -> int:
+    """One popclient worker over HTTP, `split` for mediainfo and `work` for log, until it has
+    run two agendas (the failed attempt and its retry); returns its exit code."""
+    client = PopClient(live_server.url, Token.objects.create(user=worker.user).key)
+    puller = Worker(
+        client,
+        str(insight.pk),
+        registry=HandlerRegistry({"mediainfo": split, "log": work}),
+        name="gen-worker",
+        concurrency=1,
+        batch=1,
+        wait_seconds=1,
+        max_agendas=2,
+        idle_exit_seconds=10,
+    )
+    try:
+        return puller.run()
+    finally:
+        client.close()
+        connection.close()
+
+
 def test_a_retry_reruns_only_the_failed_generated_operation(
     live_server, settings, submitter, submit_agenda, insight, worker
 ):
@@ -53,22 +75,7 @@ def test_a_retry_reruns_only_the_failed_generated_operation(
         retry_delay_seconds=0,
         operations=[{"name": "split", "type": "mediainfo", "payload": {}}],
     )
-    client = PopClient(live_server.url, Token.objects.create(user=worker.user).key)
-    puller = Worker(
-        client,
-        str(insight.pk),
-        registry=HandlerRegistry({"mediainfo": split, "log": work}),
-        name="gen-worker",
-        concurrency=1,
-        batch=1,
-        wait_seconds=1,
-        max_agendas=2,
-        idle_exit_seconds=10,
-    )
-
-    exit_code = puller.run()
-    client.close()
-    connection.close()
+    exit_code = _run_worker(live_server, worker, insight, split=split, work=work)
 
     assert exit_code == 0
     assert AgendaProgress.objects.get(agenda=agenda).state == "succeeded"
@@ -112,22 +119,7 @@ def test_a_generator_that_failed_after_generating_runs_again_on_the_retry(
         retry_delay_seconds=0,
         operations=[{"name": "split", "type": "mediainfo", "payload": {}}],
     )
-    client = PopClient(live_server.url, Token.objects.create(user=worker.user).key)
-    puller = Worker(
-        client,
-        str(insight.pk),
-        registry=HandlerRegistry({"mediainfo": split, "log": work}),
-        name="gen-worker",
-        concurrency=1,
-        batch=1,
-        wait_seconds=1,
-        max_agendas=2,
-        idle_exit_seconds=10,
-    )
-
-    exit_code = puller.run()
-    client.close()
-    connection.close()
+    exit_code = _run_worker(live_server, worker, insight, split=split, work=work)
 
     assert exit_code == 0
     assert AgendaProgress.objects.get(agenda=agenda).state == "succeeded"
