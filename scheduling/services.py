@@ -707,7 +707,14 @@ def _report_loaders(vendor: str) -> list["_RowLoader"]:
 
 
 class _RowLoader:
-    """Model instances from a raw row's columns, with the ORM's value converters applied."""
+    """Model instances from a raw row's columns, with the ORM's value converters applied.
+
+    Why not the ORM's own select_related + select_for_update: the reverse one-to-one join to
+    the progress row is an outer join, which PostgreSQL refuses to lock unless a filter makes
+    it inner, and the resulting query measured 20-30% fewer agendas/s at claim-1 and claim-10
+    (bench.compare --phases engine, 2026-11-24: 190/320 against 235/480) for building the
+    compiler and its converters on every report.
+    """
 
     def __init__(self, model, alias: str, attnames: frozenset[str] | None = None) -> None:
         self.model = model
