@@ -184,12 +184,27 @@ def transition(
         QueuedAgenda.objects.filter(agenda_id=progress.agenda_id).delete()
     if target == S.QUEUED:
         _enter_queue(progress.agenda_id, position=queue_position, now=now)
+    if target == S.READY:
+        _enter_ready(progress, agenda=progress.agenda, now=now)
+    fields |= _progress_enter(progress, target, message=message, now=now)
+    progress.save(update_fields=sorted(fields))
+    if target in NOTIFY:
+        callback_enqueue(progress, event=target, now=now)
+    if target in TERMINAL:
+        _log_completed(progress, now=now)
+
+
+def _progress_enter(
+    progress: AgendaProgress, target: str, *, message: str | None, now: datetime
+) -> set[str]:
+    """The row-level part of entering `target` (no queue rows, no outbox, no save): set the
+    state, message, timestamps and flags; return the fields changed."""
+    fields = {"state"}
     progress.state = target
     if message is not None:
         progress.message = message
         fields.add("message")
     if target == S.READY:
-        _enter_ready(progress, agenda=progress.agenda, now=now)
         progress.abort_requested = progress.pause_requested = False
         progress.completed_at = None
         fields |= {"abort_requested", "pause_requested", "completed_at"}
@@ -206,11 +221,7 @@ def transition(
     if target != S.EXECUTING and progress.current_execution_id is not None:
         progress.current_execution = None
         fields.add("current_execution")
-    progress.save(update_fields=sorted(fields))
-    if target in NOTIFY:
-        callback_enqueue(progress, event=target, now=now)
-    if target in TERMINAL:
-        _log_completed(progress, now=now)
+    return fields
 
 
 def _log_completed(progress: AgendaProgress, *, now: datetime) -> None:
@@ -1006,11 +1017,7 @@ def executions_report_many(
         execution.ended_at = now
         progress.attempts_completed += 1
         progress.percent_complete = 100.0
-        progress.state = S.SUCCEEDED
-        progress.message = message or "succeeded"
-        progress.completed_at = now
-        progress.abort_requested = progress.pause_requested = False
-        progress.current_execution = None
+        _progress_enter(progress, S.SUCCEEDED, message=message or "succeeded", now=now)
     _update_from_values(
         Execution,
         [execution for _, execution, _ in renewed] + [execution for _, execution, _ in succeeded],
