@@ -62,7 +62,7 @@ from popsite.api import (
     Pagination,
     PopAPIView,
     ServiceWritesMixin,
-    flatten_errors,
+    validate_each,
 )
 
 IDEMPOTENCY_HEADER = "Idempotency-Key"
@@ -94,11 +94,13 @@ def agenda_detail(request: Request, agenda: Agenda) -> dict:
 
 def bulk_results(results: list[Agenda | dict]) -> list[dict]:
     """Serialize bulk results in order: the agenda, slim and as written, or the item's errors."""
+    agendas = iter(
+        AgendaBulkAgendaSerializer(
+            [result for result in results if isinstance(result, Agenda)], many=True
+        ).data
+    )
     return [
-        AgendaBulkAgendaSerializer(result).data
-        if isinstance(result, Agenda)
-        else {"errors": result}
-        for result in results
+        next(agendas) if isinstance(result, Agenda) else {"errors": result} for result in results
     ]
 
 
@@ -139,15 +141,13 @@ class AgendaViewSet(mixins.ListModelMixin, mixins.RetrieveModelMixin, CustomerSc
     def bulk(self, request: Request) -> Response:
         payload = AgendaBulkSerializer(data=request.data)
         payload.is_valid(raise_exception=True)
-        checked = [
-            AgendaBulkItemSerializer(data=item, context={"request": request})
-            for item in payload.validated_data["agendas"]
-        ]
-        valid = [item.validated_data for item in checked if item.is_valid()]
+        checked = validate_each(
+            AgendaBulkItemSerializer(context={"request": request}),
+            payload.validated_data["agendas"],
+        )
+        valid = [data for data, errors in checked if errors is None]
         submitted = iter(agendas_submit_many(principal=request.user, items=valid, cid=request.cid))
-        results = [
-            flatten_errors(item.errors) if item.errors else next(submitted) for item in checked
-        ]
+        results = [next(submitted) if errors is None else errors for _, errors in checked]
         return Response({"results": bulk_results(results)})
 
     @extend_schema(

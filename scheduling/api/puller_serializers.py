@@ -165,7 +165,61 @@ class PulledItemSerializer(serializers.Serializer):
 
 
 class PullResponseSerializer(serializers.Serializer):
+    """The pull's answer as documented; `pull_response_data` writes it (same output, faster)."""
+
     agendas = PulledItemSerializer(many=True)
+
+
+_DATETIME = serializers.DateTimeField()
+_OPERATION_FIELDS = PulledOperationSerializer.Meta.fields
+
+
+def pull_response_data(pulled: list[PulledAgenda]) -> dict:
+    """`PullResponseSerializer({"agendas": pulled}).data`, built straight from the pulled rows.
+
+    The pull is the hottest read of the API, and DRF builds a ModelSerializer's fields from
+    the model on every instantiation: for a pull of 10 that cost more than the rendering
+    (bench.profile). Datetimes go through DRF's own field; a test holds both outputs equal.
+    """
+    return {"agendas": [_pulled_item(item) for item in pulled]}
+
+
+def _pulled_item(item: PulledAgenda) -> dict:
+    agenda, progress, execution = item.agenda, item.progress, item.execution
+    return {
+        "agenda": {
+            "id": str(agenda.pk),
+            "customer": str(agenda.customer_id),
+            "customer_slug": agenda.customer.slug,
+            "insight": str(agenda.insight_id) if agenda.insight_id else None,
+            "link_id": agenda.link_id,
+            "cid": agenda.cid,
+            "external_id": agenda.external_id,
+            "operations": item.operations_to_run,
+            "params": agenda.params,
+            "priority": agenda.priority,
+            "max_attempts": agenda.max_attempts,
+            "retry_delay_seconds": agenda.retry_delay_seconds,
+            "created_at": _DATETIME.to_representation(agenda.created_at),
+        },
+        "progress": {
+            "state": progress.state,
+            "attempts_completed": progress.attempts_completed,
+            "percent_complete": float(progress.percent_complete),
+            "message": progress.message,
+            "operations": [
+                {name: getattr(operation, name) for name in _OPERATION_FIELDS}
+                | {"percent_complete": float(operation.percent_complete)}
+                for operation in item.operations
+            ],
+        },
+        "execution": {
+            "id": str(execution.pk),
+            "lease_token": str(execution.lease_token),
+            "lease_expires_at": _DATETIME.to_representation(execution.lease_expires_at),
+            "number": execution.number,
+        },
+    }
 
 
 class ReportAnswerSerializer(serializers.Serializer):

@@ -13,7 +13,7 @@ from rest_framework import status
 from rest_framework.request import Request
 from rest_framework.response import Response
 
-from popsite.api import CONFLICT_RESPONSE, ErrorSerializer, PopAPIView, flatten_errors
+from popsite.api import CONFLICT_RESPONSE, ErrorSerializer, PopAPIView, validate_each
 from resourcepools.models import Insight
 from resourcepools.selectors import insight_list
 from scheduling.api.puller_serializers import (
@@ -26,6 +26,7 @@ from scheduling.api.puller_serializers import (
     PullResponseSerializer,
     ReportAnswerSerializer,
     ReportSerializer,
+    pull_response_data,
 )
 from scheduling.services import (
     BatchItemResult,
@@ -65,7 +66,7 @@ class InsightPullView(PopAPIView):
         payload = PullRequestSerializer(data=request.data)
         payload.is_valid(raise_exception=True)
         pulled = insight_pull(principal=request.user, insight=insight, **payload.validated_data)
-        return Response(PullResponseSerializer({"agendas": pulled}).data)
+        return Response(pull_response_data(pulled))
 
 
 class ExecutionReportView(PopAPIView):
@@ -110,14 +111,14 @@ class ExecutionReportBatchView(PopAPIView):
     def post(self, request: Request) -> Response:
         payload = BatchReportSerializer(data=request.data)
         payload.is_valid(raise_exception=True)
+        raws = payload.validated_data["reports"]
         results: dict[int, dict[str, Any]] = {}
         valid: list[tuple[int, dict[str, Any]]] = []
-        for index, raw in enumerate(payload.validated_data["reports"]):
-            item = BatchReportItemSerializer(data=raw)
-            if item.is_valid():
-                valid.append((index, item.validated_data))
+        for index, (data, errors) in enumerate(validate_each(BatchReportItemSerializer(), raws)):
+            if errors is None:
+                valid.append((index, data))
             else:
-                results[index] = _invalid_item(raw, item.errors)
+                results[index] = _invalid_item(raws[index], errors)
         outcomes = execution_report_batch(reports=[data for _, data in valid])
         for (index, _), outcome in zip(valid, outcomes, strict=True):
             results[index] = _item_result(outcome)
@@ -159,13 +160,13 @@ def _visible_insight(request: Request, pk: str) -> Insight:
     return insight
 
 
-def _invalid_item(raw: dict, errors: Any) -> dict[str, Any]:
+def _invalid_item(raw: dict, errors: dict[str, list[str]]) -> dict[str, Any]:
     return {
         "execution": str(raw.get("execution")) if raw.get("execution") else None,
         "ok": False,
         "status": 400,
         "detail": "invalid report",
-        "errors": flatten_errors(errors),
+        "errors": errors,
     }
 
 
