@@ -415,6 +415,59 @@ def jain(values: Sequence[float]) -> float:
     return sum(values) ** 2 / (len(values) * sum(v * v for v in values))
 
 
+# --- CPU accounting (Linux /proc) ----------------------------------------------------------
+_TICKS = os.sysconf("SC_CLK_TCK") if hasattr(os, "sysconf") else 100
+
+
+def _proc_stats() -> list[tuple[int, str, int, float, float]]:
+    """(pid, command, process group, own CPU s, reaped children's CPU s) of every process."""
+    found = []
+    for entry in os.listdir("/proc"):
+        if not entry.isdigit():
+            continue
+        try:
+            with open(f"/proc/{entry}/stat") as handle:
+                text = handle.read()
+        except OSError:
+            continue  # gone meanwhile
+        command = text[text.index("(") + 1 : text.rindex(")")]
+        fields = text[text.rindex(")") + 2 :].split()
+        # fields[0] is field 3 of proc(5): state; pgrp is field 5, utime..cstime 14..17.
+        found.append(
+            (
+                int(entry),
+                command,
+                int(fields[2]),
+                (int(fields[11]) + int(fields[12])) / _TICKS,
+                (int(fields[13]) + int(fields[14])) / _TICKS,
+            )
+        )
+    return found
+
+
+def machine_cpu_seconds() -> float:
+    """CPU seconds the whole machine has been busy (every core; idle, I/O wait and steal left
+    out), from /proc/stat: divided by the jobs a run completed, what one job cost in all."""
+    with open("/proc/stat") as handle:
+        fields = [int(value) for value in handle.readline().split()[1:]]
+    user, nice, system, _idle, _iowait, irq, softirq = fields[:7]
+    return (user + nice + system + irq + softirq) / _TICKS
+
+
+def cpu_seconds(groups: dict[str, int]) -> dict[str, float]:
+    """CPU seconds used so far by each named process group (a server started by
+    bench.servers leads its own group) and by PostgreSQL: its live processes plus what its
+    exited backends used (the postmaster's reaped children)."""
+    totals = dict.fromkeys([*groups, "postgresql"], 0.0)
+    by_group = {pgid: name for name, pgid in groups.items()}
+    for _, command, pgrp, own, reaped in _proc_stats():
+        if command == "postgres":
+            totals["postgresql"] += own + reaped
+        elif pgrp in by_group:
+            totals[by_group[pgrp]] += own + reaped
+    return totals
+
+
 _STARTED = time.monotonic()
 
 
@@ -538,6 +591,15 @@ def state_counts(dbname: str) -> dict[str, int]:
         return dict(
             conn.execute("SELECT state, count(*) FROM agendas_agendaprogress GROUP BY state")
         )
+
+
+def sessions_opened(dbname: str) -> int:
+    """Connections ever opened to `dbname` (PostgreSQL 14+ counts them per database)."""
+    with psycopg.connect(dsn(ADMIN_DB)) as conn:
+        row = conn.execute(
+            "SELECT sessions FROM pg_stat_database WHERE datname = %s", [dbname]
+        ).fetchone()
+    return int(row[0]) if row else 0
 
 
 def timings(

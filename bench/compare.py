@@ -87,6 +87,18 @@ def cross_figures(results: dict[str, PhaseResult]) -> None:
             figure.reference = f"best peer ({best.metric.removesuffix(' end to end')})"
             figure.target = "≥ 1.5 × best peer"
             figure.ok = figure.ratio >= 1.5
+    best_cpu = next(
+        (
+            f
+            for f in peers.figures
+            if f.metric == f"{best.metric}, CPU per job (whole machine)" and _finite(f.value)
+        ),
+        None,
+    )
+    for figure in e2e.figures:
+        if figure.metric.endswith("CPU per agenda (whole machine)") and best_cpu is not None:
+            figure.ratio = figure.value / best_cpu.value
+            figure.reference = f"CPU per job of {best.metric.removesuffix(' end to end')}"
     http = results.get("http")
     if http:
         for figure in http.figures:

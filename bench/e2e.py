@@ -5,7 +5,8 @@ batches of 100, 5 customers in turn), one periodic filler (`insights_fill` every
 POP_FILL_INTERVAL = 2 s), two pullers (`insight_pull` count 10 + one `execution_report_batch`
 per pull). Fill nudges run in-process right after the commit that asks for them
 (POP_FILL_NUDGE=sync: there is no django-q2 cluster in this phase). The insight's queue_size
-is 100. Figures come from database timestamps over agendas that reached a terminal state.
+is 100. Figures come from database timestamps over agendas that reached a terminal state;
+the whole machine's CPU per terminal agenda is read from /proc/stat over the run.
 """
 
 from __future__ import annotations
@@ -22,6 +23,7 @@ from bench.common import (
     bench_database,
     close_django_connections,
     django_setup,
+    machine_cpu_seconds,
     make_world,
     pulled_twice,
     say,
@@ -44,6 +46,7 @@ def run_pipeline(
     context = multiprocessing.get_context("fork")
     stop, out, submitted_out = context.Event(), context.Queue(), context.Queue()
     close_django_connections()
+    cpu_started = machine_cpu_seconds()
     processes = [
         context.Process(target=workers.filler, args=(world, FILL_PERIOD, stop), name="filler"),
         *(
@@ -67,6 +70,7 @@ def run_pipeline(
         if counts.get("succeeded", 0) + counts.get("failed", 0) >= submitted:
             break
         time.sleep(0.25)
+    cpu_used = machine_cpu_seconds() - cpu_started
     stop.set()
     pulled = failures = 0
     for _ in range(PULLERS):
@@ -82,6 +86,7 @@ def run_pipeline(
         twice=pulled_twice(dbname),
         states=state_counts(dbname),
     )
+    figures["cpu_ms_per_agenda"] = cpu_used / max(figures.get("terminal", 0), 1) * 1000
     return figures
 
 
@@ -107,6 +112,12 @@ def run(*, quick: bool) -> PhaseResult:
         vacuum_analyze(dbname)
         figures = run_pipeline(dbname, world, total, submit_seconds, drain_seconds=20.0)
         record(result, figures, label="in-process")
+        result.add(
+            "in-process end to end, CPU per agenda (whole machine)",
+            figures["cpu_ms_per_agenda"],
+            "ms",
+        )
+        say(f"  in-process CPU per agenda (whole machine): {figures['cpu_ms_per_agenda']:.2f} ms")
     result.seconds = time.perf_counter() - started
     return result
 

@@ -5,7 +5,7 @@ Server side: `gunicorn popsite.wsgi` with 2 workers × 8 threads (gthread: a lon
 holds a thread, not a worker), and one `manage.py qcluster` (2 workers) for the fill nudges
 and the periodic fill, POP_FILL_NUDGE=async, both on this phase's database.
 Client side, all through `popclient.PopClient`: one submitter process (`agendas/bulk/`, 100
-per request, 5 customers in turn) and 2 puller processes (pull 10 with wait_seconds=1, then
+per request, 5 customers in turn) and 4 puller processes (pull 10 with wait_seconds=1, then
 one batch report per pull with every operation and the agenda succeeded).
 
 Four runs on the same servers:
@@ -13,6 +13,9 @@ Four runs on the same servers:
    returns it (client clock);
 2. throughput: agendas/s from database timestamps (terminal agendas only), submit→pull and
    submit→complete p50/p99, client-side p50/p99 of each request kind, requests per agenda;
+   and where the machine's CPU went: CPU ms per terminal agenda of gunicorn, PostgreSQL (its
+   processes and its exited backends, from /proc), the qcluster and the client processes,
+   the connections opened, and the rate the cores would allow at that cost;
 3. the report endpoint alone: 2 processes send heartbeat reports (`executions/{id}/report/`,
    empty body: one locked read + one UPDATE) for a few seconds — req/s;
 4. pull latency with `http_waiting` ready agendas behind the queue (built with set-based SQL),
@@ -25,6 +28,7 @@ from __future__ import annotations
 import argparse
 import json
 import multiprocessing
+import os
 import time
 
 from bench import servers
@@ -35,11 +39,13 @@ from bench.common import (
     bench_database,
     bulk_insert_ready,
     close_django_connections,
+    cpu_seconds,
     django_setup,
     make_world,
     percentile,
     pulled_twice,
     say,
+    sessions_opened,
     sizes_for,
     state_counts,
     timings,
@@ -48,7 +54,10 @@ from bench.common import (
 from bench.e2e import record
 
 CUSTOMERS = 5
-PULLERS = 2
+PULLERS = 2  # the pull latency run
+# The throughput run: with 2 pullers each waiting on its own pull and report in turn, a third
+# of the cores stayed idle (2026-11-25): 4 make the server, not the client loop, the limit.
+THROUGHPUT_PULLERS = 4
 QUEUE_SIZE = 100
 SUCCEEDED = [{"name": "noop", "state": "succeeded", "result": {"ok": True}}]
 
@@ -76,7 +85,14 @@ def submitter(url: str, world: World, total: int, seconds: float, out) -> None:
             raise RuntimeError(f"bulk submit refused: {bad[:2]}")
         done += size
         turn += 1
-    out.put({"submitted": done, "submit_ms": latencies, "requests": requests})
+    out.put(
+        {
+            "submitted": done,
+            "submit_ms": latencies,
+            "requests": requests,
+            "cpu": time.process_time(),
+        }
+    )
 
 
 def puller(
@@ -123,6 +139,7 @@ def puller(
             "reports": reports,
             "refused": refused,
             "empty": empty,
+            "cpu": time.process_time(),
         }
     )
 
@@ -176,14 +193,19 @@ def _wait_one(url: str, world: World, got) -> None:
             return
 
 
-def throughput(url: str, dbname: str, world: World, total: int, seconds: float) -> dict:
+def throughput(
+    url: str, dbname: str, world: World, total: int, seconds: float, servers_: dict[str, int]
+) -> dict:
+    """The throughput run; `servers_` names the server process groups whose CPU is counted."""
     context = multiprocessing.get_context("fork")
     stop, out, submitted_out = context.Event(), context.Queue(), context.Queue()
     before = state_counts(dbname).get("succeeded", 0)
+    cpu_before, wall_before = cpu_seconds(servers_), time.perf_counter()
+    sessions_before = sessions_opened(dbname)
     began = time.time()
     pullers = [
         context.Process(target=puller, args=(url, world, stop, out), name=f"http-puller{n}")
-        for n in range(PULLERS)
+        for n in range(THROUGHPUT_PULLERS)
     ]
     for process in pullers:
         process.start()
@@ -201,6 +223,14 @@ def throughput(url: str, dbname: str, world: World, total: int, seconds: float) 
     pulls = [out.get(timeout=60) for _ in pullers]
     for process in pullers:
         process.join(timeout=30)
+    cpu = {
+        name: used - cpu_before[name]
+        for name, used in cpu_seconds(servers_).items()
+        if name in cpu_before
+    }
+    cpu["clients (popclient)"] = submitted["cpu"] + sum(p["cpu"] for p in pulls)
+    sessions = sessions_opened(dbname) - sessions_before
+    cpu_wall = time.perf_counter() - wall_before
     figures = timings(dbname, created_after=began)
     figures.update(
         submitted=submitted["submitted"],
@@ -211,8 +241,46 @@ def throughput(url: str, dbname: str, world: World, total: int, seconds: float) 
         pull_ms=[ms for p in pulls for ms in p["pull_ms"]],
         report_ms=[ms for p in pulls for ms in p["report_ms"]],
         requests=submitted["requests"] + sum(p["pulls"] + p["reports"] for p in pulls),
+        cpu=cpu,
+        cpu_wall=cpu_wall,
+        sessions=sessions,
     )
     return figures
+
+
+def record_cpu(result: PhaseResult, figures: dict) -> None:
+    """CPU ms per terminal agenda by process kind, and the rate the machine's cores allow."""
+    terminal = max(figures.get("terminal", 0), 1)
+    cores = os.cpu_count() or 1
+    total = sum(figures["cpu"].values())
+    parts = []
+    for name, seconds in sorted(figures["cpu"].items(), key=lambda item: -item[1]):
+        result.add(f"CPU per agenda: {name}", seconds / terminal * 1000, "ms")
+        if name == "postgresql":
+            result.add(
+                "database connections opened per agenda",
+                figures["sessions"] / terminal,
+                "conn",
+                note=f"{figures['sessions']} in the run",
+            )
+        parts.append(f"{name} {seconds / terminal * 1000:.2f}")
+    busy = total / (cores * figures["cpu_wall"])
+    result.add(
+        "CPU per agenda: all processes",
+        total / terminal * 1000,
+        "ms",
+        note=f"cores busy {busy:.0%} over the run",
+    )
+    result.add(
+        "agendas/s the cores allow at that CPU cost",
+        cores / (total / terminal),
+        "agendas/s",
+        note=f"{cores} cores / CPU per agenda",
+    )
+    say(
+        f"  http CPU ms per agenda: {', '.join(parts)}; all {total / terminal * 1000:.2f} "
+        f"(cores busy {busy:.0%}: at most {cores / (total / terminal):.0f} agendas/s)"
+    )
 
 
 def report_rate(url: str, world: World, seconds: float) -> tuple[float, int]:
@@ -296,7 +364,7 @@ def run(*, quick: bool) -> PhaseResult:
             "agendas": total,
             "submitting stops after (s)": submit_seconds,
             "customers": CUSTOMERS,
-            "pullers": PULLERS,
+            "pullers": f"{THROUGHPUT_PULLERS} (throughput), {PULLERS} (pull latency)",
             "queue_size": QUEUE_SIZE,
             "gunicorn": f"2 workers × {servers.GUNICORN_THREADS} threads (gthread)",
             "qcluster workers": 2,
@@ -324,7 +392,14 @@ def run(*, quick: bool) -> PhaseResult:
                 f"{max(idle) * 1000:.0f} ms over {len(idle)} probes"
             )
             vacuum_analyze(dbname)
-            figures = throughput(url, dbname, world, total, submit_seconds)
+            figures = throughput(
+                url,
+                dbname,
+                world,
+                total,
+                submit_seconds,
+                {"gunicorn": web.pid, "qcluster": cluster.pid},
+            )
             record(result, figures, label="over HTTP")
             terminal = max(figures.get("terminal", 0), 1)
             per_agenda = figures["requests"] / terminal
@@ -336,6 +411,7 @@ def run(*, quick: bool) -> PhaseResult:
                 result.add(f"HTTP {kind} request p50", percentile(values, 50), "ms")
                 result.add(f"HTTP {kind} request p99", percentile(values, 99), "ms")
             result.add("requests per agenda", per_agenda, "req")
+            record_cpu(result, figures)
             say(
                 "  http request ms p50/p99: "
                 + ", ".join(

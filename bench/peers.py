@@ -4,6 +4,8 @@ PgQueuer, on this machine, each on its documented fast path with its configurati
 For each peer, two runs of `peer_jobs` jobs, each stopped after `peer_seconds`:
 - end to end: workers running, a producer process enqueues (batched where the peer has a
   batch API) while they consume; jobs/s = completed / (last completion − first enqueue);
+  the whole machine's CPU (every process: producer, workers, broker, database) per job over
+  the same window;
 - drain-only: the jobs are enqueued with the workers stopped, then the workers start;
   jobs/s = completed / (last completion − first completion).
 Completions are counted the cheapest way each peer allows (a Redis counter for Celery, rows
@@ -32,6 +34,7 @@ from bench.common import (
     create_database,
     drop_database,
     dsn,
+    machine_cpu_seconds,
     say,
     sizes_for,
 )
@@ -354,13 +357,14 @@ def end_to_end(adapter, jobs: int, seconds: float, base: int) -> dict:
     context = multiprocessing.get_context("fork")
     enqueued = context.Value("q", 0)
     producer = context.Process(target=_produce, args=(adapter, jobs, enqueued))
-    started = time.monotonic()
+    started, cpu_started = time.monotonic(), machine_cpu_seconds()
     producer.start()
-    done, last_change, last_done = 0, started, 0
+    done, last_change, last_done, cpu_used = 0, started, 0, 0.0
     while time.monotonic() - started < seconds:
         done = adapter.done(base + enqueued.value) - base
         if done != last_done:
             last_done, last_change = done, time.monotonic()
+            cpu_used = machine_cpu_seconds() - cpu_started
         if done >= jobs:
             break
         time.sleep(0.02)
@@ -368,7 +372,12 @@ def end_to_end(adapter, jobs: int, seconds: float, base: int) -> dict:
     if producer.is_alive():
         producer.terminate()
         producer.join()
-    return {"jobs": done, "seconds": last_change - started, "rate": done / (last_change - started)}
+    return {
+        "jobs": done,
+        "seconds": last_change - started,
+        "rate": done / (last_change - started),
+        "cpu_ms_per_job": cpu_used / max(done, 1) * 1000,
+    }
 
 
 def drain_only(adapter, jobs: int, seconds: float, base: int) -> dict:
@@ -459,10 +468,16 @@ def run(*, quick: bool, peers: tuple[str, ...] = PEERS) -> PhaseResult:
         label = PEER_LABELS[peer]
         say(
             f"  peers {label:24} end to end {figures['e2e']['rate']:7.0f} jobs/s "
-            f"({figures['e2e']['jobs']} jobs), drain-only {figures['drain']['rate']:7.0f} jobs/s"
+            f"({figures['e2e']['jobs']} jobs, {figures['e2e']['cpu_ms_per_job']:.2f} ms CPU each), "
+            f"drain-only {figures['drain']['rate']:7.0f} jobs/s"
             f"\n      config: {figures['config']}"
         )
         result.add(f"{label} end to end", figures["e2e"]["rate"], "jobs/s", note=figures["config"])
+        result.add(
+            f"{label} end to end, CPU per job (whole machine)",
+            figures["e2e"]["cpu_ms_per_job"],
+            "ms",
+        )
         result.add(f"{label} drain-only", figures["drain"]["rate"], "jobs/s")
     result.seconds = time.perf_counter() - started
     return result
