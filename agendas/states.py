@@ -7,6 +7,7 @@ membership (`ReadyAgenda`/`QueuedAgenda`) and the callback outbox (`CallbackDeli
 here too, so they can never disagree with the state.
 """
 
+import functools
 import json
 import logging
 import math
@@ -27,7 +28,8 @@ from django.utils import timezone
 from django_q.tasks import async_task
 
 from agendas.models import Agenda, AgendaProgress, Execution, OperationProgress
-from resourcepools.models import Insight
+from agendas.rows import RowLoader, load_row
+from resourcepools.models import Customer, Insight
 from scheduling.models import CallbackDelivery, QueuedAgenda, ReadyAgenda
 
 logger = logging.getLogger("pop.agendas")
@@ -609,15 +611,15 @@ WITH picked AS (
     DELETE FROM {queue} q USING picked WHERE q.id = picked.queue_id
     RETURNING q.id
 ), started AS (
-    INSERT INTO {execution} (id, agenda_id, customer_id, link_id, cid, number, insight_id,
+    INSERT INTO {execution} AS e (id, agenda_id, customer_id, link_id, cid, number, insight_id,
         worker, lease_token, lease_expires_at, started_at, diagnostics, created_at, updated_at)
     SELECT gen_random_uuid(), picked.agenda_id, picked.customer_id, picked.link_id, picked.cid,
-        coalesce((SELECT max(e.number) FROM {execution} e
-                  WHERE e.agenda_id = picked.agenda_id), 0) + 1,
+        coalesce((SELECT max(x.number) FROM {execution} x
+                  WHERE x.agenda_id = picked.agenda_id), 0) + 1,
         %(insight)s, %(worker)s, gen_random_uuid(), %(lease_expires_at)s, %(now)s,
         '[]'::jsonb, %(now)s, %(now)s
     FROM picked JOIN claimed ON claimed.id = picked.queue_id
-    RETURNING id, agenda_id
+    RETURNING e.*
 ), moved AS (
     UPDATE {progress} p
     SET state = %(executing)s, current_execution_id = started.id,
@@ -625,16 +627,43 @@ WITH picked AS (
         updated_at = %(now)s
     FROM started
     WHERE p.agenda_id = started.agenda_id AND p.state = %(queued)s
-    RETURNING p.id
+    RETURNING p.*
 ), counts AS (
     SELECT (SELECT count(*) FROM (SELECT 1 FROM {queue} WHERE insight_id = %(insight)s
                                   LIMIT %(probe)s) AS probe) AS queued,
            EXISTS (SELECT 1 FROM {ready} WHERE insight_id = %(insight)s) AS ready
 )
-SELECT moved.id, picked.position, counts.queued, counts.ready
+SELECT picked.position, counts.queued, counts.ready, {columns}
 FROM counts
-LEFT JOIN (moved JOIN picked ON picked.progress_id = moved.id) ON true
+LEFT JOIN (moved
+           JOIN picked ON picked.progress_id = moved.id
+           JOIN started ON started.id = moved.current_execution_id
+           JOIN {agenda} a ON a.id = moved.agenda_id
+           JOIN {customer} c ON c.id = a.customer_id) ON true
 """
+
+
+@functools.cache
+def _claim_statement(vendor: str) -> tuple[str, list[RowLoader]]:
+    """The claim's SQL and the loaders of its rows, built once per process and vendor: the
+    progress rows as moved, the new executions, the agendas and their customers."""
+    loaders = [
+        RowLoader(AgendaProgress, "moved"),
+        RowLoader(Execution, "started"),
+        RowLoader(Agenda, "a"),
+        RowLoader(Customer, "c"),
+    ]
+    quote = connection.ops.quote_name
+    sql = _CLAIM_SQL.format(
+        queue=quote(QueuedAgenda._meta.db_table),
+        progress=quote(AgendaProgress._meta.db_table),
+        execution=quote(Execution._meta.db_table),
+        ready=quote(ReadyAgenda._meta.db_table),
+        agenda=quote(Agenda._meta.db_table),
+        customer=quote(Customer._meta.db_table),
+        columns=", ".join(column for loader in loaders for column in loader.columns),
+    )
+    return sql, loaders
 
 
 def _queue_claim_postgresql(
@@ -642,20 +671,15 @@ def _queue_claim_postgresql(
 ) -> tuple[list[tuple[AgendaProgress, Execution]], int, bool]:
     """The claim as one data-modifying CTE: lock queue and progress rows together (FOR UPDATE
     OF q, p SKIP LOCKED), delete the queue rows, insert the executions numbered max + 1 per
-    agenda, move the progress rows to executing. The same statement counts the queue as it was
-    before the claim (capped: enough to tell "under half full" afterwards) and whether the
-    insight has ready agendas. Then one read loads progress, agenda, customer and execution.
+    agenda, move the progress rows to executing, and return them with their executions,
+    agendas and customers. The same statement counts the queue as it was before the claim
+    (capped: enough to tell "under half full" afterwards) and whether the insight has ready
+    agendas.
 
     Returns the claimed pairs in queue order, the queue length before the claim (capped) and
     whether ready agendas exist.
     """
-    quote = connection.ops.quote_name
-    sql = _CLAIM_SQL.format(
-        queue=quote(QueuedAgenda._meta.db_table),
-        progress=quote(AgendaProgress._meta.db_table),
-        execution=quote(Execution._meta.db_table),
-        ready=quote(ReadyAgenda._meta.db_table),
-    )
+    sql, loaders = _claim_statement(connection.vendor)
     with connection.cursor() as cursor:
         cursor.execute(
             sql,
@@ -673,21 +697,18 @@ def _queue_claim_postgresql(
             },
         )
         rows = cursor.fetchall()
-    queued_before, ready = rows[0][2], rows[0][3]
-    position = {row[0]: row[1] for row in rows if row[0] is not None}
-    if not position:
-        return [], queued_before, ready
-    progresses = sorted(
-        AgendaProgress.objects.select_related("agenda__customer", "current_execution")
-        .filter(pk__in=list(position))
-        .order_by(),
-        key=lambda progress: position[progress.pk],
-    )
-    if len(progresses) != len(position):
-        raise RuntimeError(f"pull read {len(progresses)} of {len(position)} claimed agendas")
-    for progress in progresses:
+    queued_before, ready = rows[0][1], rows[0][2]
+    claimed = []
+    for _, _, _, *columns in sorted(
+        (row for row in rows if row[0] is not None), key=lambda row: row[0]
+    ):
+        progress, execution, agenda, customer = load_row(loaders, columns)
+        agenda.customer = customer
+        progress.agenda = agenda
+        progress.current_execution = execution
         callback_enqueue(progress, event=S.EXECUTING, now=now)
-    return [(progress, progress.current_execution) for progress in progresses], queued_before, ready
+        claimed.append((progress, execution))
+    return claimed, queued_before, ready
 
 
 def _queue_claim_portable(

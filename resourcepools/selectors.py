@@ -96,6 +96,20 @@ def insight_list(*, principal: Principal) -> QuerySet[Insight]:
     return insights.filter(pk__in=visible)
 
 
+def insight_visible_get(*, principal: Principal, insight_id: object) -> Insight | None:
+    """The insight with its pool when the principal may see it (as `insight_list` decides),
+    else None.
+
+    A worker or admin of the pool's owner (or staff) certainly may: one plain read, because
+    this serves the pull, the puller API's hottest call; anyone else goes through
+    `insight_list`, so what they see is exactly what they would see listing insights.
+    """
+    insight = Insight.objects.select_related("resource_pool").filter(pk=insight_id).first()
+    if insight is None or has_role(principal, insight.resource_pool.owner_id, Role.WORKER):
+        return insight
+    return insight if insight_list(principal=principal).filter(pk=insight_id).exists() else None
+
+
 def insight_candidates_for(customer: Customer) -> list[InsightCandidate]:
     """Insights of the customer's pool it may submit to (global, owned, or allowed; §4.4)."""
     if customer.resource_pool_id is None:

@@ -23,6 +23,7 @@ from django.utils import timezone
 
 from agendas import states
 from agendas.models import Agenda, AgendaProgress, Execution, OperationProgress
+from agendas.rows import RowLoader, load_row
 from agendas.states import TERMINAL, InvalidTransition, S
 from agendas.validation import validate_operations
 from resourcepools.models import Customer, Insight, Membership
@@ -687,7 +688,7 @@ def _lock_current(execution_ids: list) -> dict[object, tuple[AgendaProgress, Exe
         rows = cursor.fetchall()
     locked = {}
     for row in rows:
-        progress, execution, agenda, customer, insight = _load_row(loaders, row)
+        progress, execution, agenda, customer, insight = load_row(loaders, row)
         agenda.customer, agenda.insight = customer, insight
         progress.agenda = agenda
         locked[execution.pk] = (progress, execution)
@@ -695,57 +696,15 @@ def _lock_current(execution_ids: list) -> dict[object, tuple[AgendaProgress, Exe
 
 
 @functools.cache
-def _report_loaders(vendor: str) -> list["_RowLoader"]:
+def _report_loaders(vendor: str) -> list[RowLoader]:
     # Built once per process and database vendor: converters are looked up, not per report.
     return [
-        _RowLoader(AgendaProgress, "p"),
-        _RowLoader(Execution, "e"),
-        _RowLoader(Agenda, "a", _REPORT_AGENDA_FIELDS),
-        _RowLoader(Customer, "c", _REPORT_CUSTOMER_FIELDS),
-        _RowLoader(Insight, "i", _REPORT_INSIGHT_FIELDS),
+        RowLoader(AgendaProgress, "p"),
+        RowLoader(Execution, "e"),
+        RowLoader(Agenda, "a", _REPORT_AGENDA_FIELDS),
+        RowLoader(Customer, "c", _REPORT_CUSTOMER_FIELDS),
+        RowLoader(Insight, "i", _REPORT_INSIGHT_FIELDS),
     ]
-
-
-class _RowLoader:
-    """Model instances from a raw row's columns, with the ORM's value converters applied.
-
-    Why not the ORM's own select_related + select_for_update: the reverse one-to-one join to
-    the progress row is an outer join, which PostgreSQL refuses to lock unless a filter makes
-    it inner, and the resulting query measured 20-30% fewer agendas/s at claim-1 and claim-10
-    (bench.compare --phases engine, 2026-11-24: 190/320 against 235/480) for building the
-    compiler and its converters on every report.
-    """
-
-    def __init__(self, model, alias: str, attnames: frozenset[str] | None = None) -> None:
-        self.model = model
-        self.fields = [
-            model_field
-            for model_field in model._meta.concrete_fields
-            if attnames is None or model_field.attname in attnames
-        ]
-        self.attnames = [model_field.attname for model_field in self.fields]
-        self.columns = [f"{alias}.{connection.ops.quote_name(f.column)}" for f in self.fields]
-        self.converters = []
-        for position, model_field in enumerate(self.fields):
-            column = model_field.get_col(alias)
-            found = connection.ops.get_db_converters(column) + column.get_db_converters(connection)
-            if found:
-                self.converters.append((position, column, found))
-
-    def load(self, values: list):
-        for position, column, converters in self.converters:
-            for converter in converters:
-                values[position] = converter(values[position], column, connection)
-        return self.model.from_db(connection.alias, self.attnames, values)
-
-
-def _load_row(loaders: list[_RowLoader], row: tuple) -> list:
-    instances, start = [], 0
-    for loader in loaders:
-        end = start + len(loader.fields)
-        instances.append(loader.load(list(row[start:end])))
-        start = end
-    return instances
 
 
 def _current_execution(

@@ -15,7 +15,7 @@ from rest_framework.response import Response
 
 from popsite.api import CONFLICT_RESPONSE, ErrorSerializer, PopAPIView, validate_each
 from resourcepools.models import Insight
-from resourcepools.selectors import insight_list
+from resourcepools.selectors import insight_visible_get
 from scheduling.api.puller_serializers import (
     AddOperationsResponseSerializer,
     AddOperationsSerializer,
@@ -152,9 +152,7 @@ class ExecutionOperationsView(PopAPIView):
 
 
 def _visible_insight(request: Request, pk: str) -> Insight:
-    insight = (
-        insight_list(principal=request.user).select_related("resource_pool").filter(pk=pk).first()
-    )
+    insight = insight_visible_get(principal=request.user, insight_id=pk)
     if insight is None:
         raise Http404("No such insight.")
     return insight

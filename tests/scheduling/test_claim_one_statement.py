@@ -11,7 +11,7 @@ from django.test.utils import CaptureQueriesContext
 from django.utils import timezone
 
 from agendas import states
-from agendas.models import AgendaProgress, Execution
+from agendas.models import Agenda, AgendaProgress, Execution
 from scheduling import services
 from scheduling.models import CallbackDelivery, QueuedAgenda
 from tests.scheduling.conftest import state_of
@@ -31,25 +31,36 @@ def _statements(captured) -> list[str]:
     ]
 
 
+def _fields(instance) -> dict:
+    return {f.attname: getattr(instance, f.attname) for f in instance._meta.concrete_fields}
+
+
 @on_postgresql
-def test_a_pull_is_one_claim_statement_one_read_and_one_operations_read(
+def test_a_pull_is_one_claim_statement_and_one_operations_read(
     submitter, submit_agenda, insight, fill
 ):
-    for _ in range(3):
-        submit_agenda(submitter)
+    agendas = [submit_agenda(submitter, link_id=f"L{n}", params={"n": n}) for n in range(3)]
     fill(insight)
 
     with CaptureQueriesContext(connection) as captured:
         pulled = services.insight_pull_once(insight=insight, worker="w1", count=10)
+        # Everything the answer and the callbacks read was loaded by the claim itself.
+        for item in pulled:
+            assert item.agenda.customer.slug == submitter.customer.slug
+            assert item.progress.current_execution is item.execution
 
-    assert len(pulled) == 3
     statements = _statements(captured)
-    assert len(statements) == 3, statements
-    claim, read, operations = statements
+    assert len(statements) == 2, statements
+    claim, operations = statements
     assert claim.lstrip().startswith("WITH") and "SKIP LOCKED" in claim
     assert "DELETE FROM" in claim and "INSERT INTO" in claim and "UPDATE" in claim
-    assert read.startswith("SELECT") and '"agendas_execution"' in read
     assert operations.startswith("SELECT") and '"agendas_operationprogress"' in operations
+    # The rows the claim returned are the rows as stored, field by field, in queue order.
+    assert [item.agenda.pk for item in pulled] == [agenda.pk for agenda in agendas]
+    for item in pulled:
+        assert _fields(item.progress) == _fields(AgendaProgress.objects.get(pk=item.progress.pk))
+        assert _fields(item.execution) == _fields(Execution.objects.get(pk=item.execution.pk))
+        assert _fields(item.agenda) == _fields(Agenda.objects.get(pk=item.agenda.pk))
 
 
 def test_claim_writes_leases_progress_and_returns_queue_order(
