@@ -390,7 +390,7 @@ def _fill_nudge_now(insight_ids: list[str], mode: str) -> None:
     per insight per process (later nudges in the window ride on it); it runs the same room
     check and enqueue (`sync`: the fill itself) on its own thread and database connection.
     """
-    interval = float(getattr(settings, "POP_FILL_NUDGE_MIN_INTERVAL", 0.05))
+    interval = float(getattr(settings, "POP_FILL_NUDGE_MIN_INTERVAL", 0.02))
     clock = time.monotonic()
     due = []
     with _nudge_lock:

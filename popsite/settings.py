@@ -186,7 +186,7 @@ POP_REAP_BATCH_SIZE = env.int("POP_REAP_BATCH_SIZE", default=1000)
 # Nudge a fill through django-q2 (async) or run it in the request's on_commit hook (sync).
 POP_FILL_NUDGE = env.str("POP_FILL_NUDGE", default="async")
 # At most one fill nudge per insight and process within this many seconds.
-POP_FILL_NUDGE_MIN_INTERVAL = env.float("POP_FILL_NUDGE_MIN_INTERVAL", default=0.05)
+POP_FILL_NUDGE_MIN_INTERVAL = env.float("POP_FILL_NUDGE_MIN_INTERVAL", default=0.02)
 # Sub-minute processes run in a ticker task of links this long (scheduling/schedules.py).
 POP_TICKER_LINK_SECONDS = env.float("POP_TICKER_LINK_SECONDS", default=10.0)
 # First pause between long-poll checks of a pull; doubles up to 0.5 s.
