@@ -633,7 +633,7 @@ WITH picked AS (
                                   LIMIT %(probe)s) AS probe) AS queued,
            EXISTS (SELECT 1 FROM {ready} WHERE insight_id = %(insight)s) AS ready
 )
-SELECT picked.position, counts.queued, counts.ready, {columns}
+SELECT picked.position, counts.queued, counts.ready, (SELECT count(*) FROM started), {columns}
 FROM counts
 LEFT JOIN (moved
            JOIN picked ON picked.progress_id = moved.id
@@ -702,11 +702,13 @@ def _queue_claim_postgresql(
             },
         )
         rows = cursor.fetchall()
-    queued_before, ready = rows[0][1], rows[0][2]
+    queued_before, ready, started = rows[0][1], rows[0][2], rows[0][3]
+    found = sorted((row for row in rows if row[0] is not None), key=lambda row: row[0])
+    if len(found) != started:
+        # The claim deleted queue rows and started executions it could not hand back.
+        raise RuntimeError(f"pull returned {len(found)} of {started} claimed agendas")
     claimed = []
-    for _, _, _, *columns in sorted(
-        (row for row in rows if row[0] is not None), key=lambda row: row[0]
-    ):
+    for _, _, _, _, *columns in found:
         progress, execution, agenda, customer = load_row(loaders, columns)
         agenda.customer = customer
         progress.agenda = agenda
