@@ -368,8 +368,11 @@ def operations_abort_unfinished(progress: AgendaProgress) -> int:
 # The periodic fill stays the backstop (a process that exits loses its pending trailing nudge).
 FILL_TASK = "scheduling.tasks.insight_fill"
 _last_nudge: dict[str, float] = {}
-_trailing_nudges: dict[str, threading.Timer] = {}
+# Pending trailing nudges: insight id -> (when it falls due, on the monotonic clock; mode).
+_trailing_nudges: dict[str, tuple[float, str]] = {}
 _nudge_lock = threading.Lock()
+_nudge_wakeup = threading.Condition(_nudge_lock)
+_nudge_thread: threading.Thread | None = None
 
 
 def fill_nudge(insight_ids: Iterable[object]) -> None:
@@ -386,9 +389,10 @@ def _fill_nudge_now(insight_ids: list[str], mode: str) -> None:
 
     Throttled per process: a burst of submits to one insight enqueues one fill at once and one
     trailing fill when POP_FILL_NUDGE_MIN_INTERVAL has passed since, which sees every agenda
-    the burst committed. The trailing nudge is a daemon `threading.Timer`, at most one pending
-    per insight per process (later nudges in the window ride on it); it runs the same room
-    check and enqueue (`sync`: the fill itself) on its own thread and database connection.
+    the burst committed. At most one trailing nudge is pending per insight per process (later
+    nudges in the window ride on it); one daemon thread per process sends them when they fall
+    due, with the same room check and enqueue (`sync`: the fill itself), on one database
+    connection it keeps between them.
     """
     interval = float(getattr(settings, "POP_FILL_NUDGE_MIN_INTERVAL", 0.02))
     clock = time.monotonic()
@@ -399,24 +403,50 @@ def _fill_nudge_now(insight_ids: list[str], mode: str) -> None:
             if wait <= 0:
                 due.append(pk)
             elif pk not in _trailing_nudges:
-                timer = threading.Timer(wait, _fill_nudge_trailing, args=(pk, mode))
-                timer.daemon = True
-                _trailing_nudges[pk] = timer
-                timer.start()
+                _trailing_nudges[pk] = (clock + wait, mode)
+                _trailing_thread_running()
+                _nudge_wakeup.notify()
     if due:
         _fill_nudge_send(due, mode)
 
 
-def _fill_nudge_trailing(insight_id: str, mode: str) -> None:
-    with _nudge_lock:
-        _trailing_nudges.pop(insight_id, None)
-    try:
-        _fill_nudge_send([insight_id], mode)
-    except Exception:
-        # Best effort, like every nudge: the periodic fill picks the work up.
-        nudge_logger.exception("trailing fill nudge of insight %s failed", insight_id)
-    finally:
-        connection.close()
+def _trailing_thread_running() -> None:
+    # Called with _nudge_lock held.
+    global _nudge_thread
+    if _nudge_thread is None or not _nudge_thread.is_alive():
+        _nudge_thread = threading.Thread(
+            target=_trailing_nudges_loop, name="pop-fill-nudges", daemon=True
+        )
+        _nudge_thread.start()
+
+
+def _trailing_nudges_loop() -> None:
+    """Send each pending trailing nudge when it falls due, forever (a daemon thread).
+
+    One thread and one connection per process: a thread per nudge opened and closed a
+    database connection per nudge, up to 1/POP_FILL_NUDGE_MIN_INTERVAL a second per insight.
+    """
+    while True:
+        with _nudge_wakeup:
+            if _nudge_thread is not threading.current_thread():
+                connection.close()  # stopped (fill_nudges_cancel): leave no connection behind
+                return
+            now = time.monotonic()
+            ready = [(pk, mode) for pk, (at, mode) in _trailing_nudges.items() if at <= now]
+            if not ready:
+                next_at = min((at for at, _ in _trailing_nudges.values()), default=None)
+                _nudge_wakeup.wait(None if next_at is None else next_at - now)
+                continue
+            for pk, _ in ready:
+                del _trailing_nudges[pk]
+        for pk, mode in ready:
+            try:
+                connection.close_if_unusable_or_obsolete()
+                _fill_nudge_send([pk], mode)
+            except Exception:
+                # Best effort, like every nudge: the periodic fill picks the work up.
+                nudge_logger.exception("trailing fill nudge of insight %s failed", pk)
+                connection.close()  # a broken connection is opened afresh next time
 
 
 def _fill_nudge_send(insight_ids: list[str], mode: str) -> None:
@@ -435,24 +465,31 @@ def _fill_nudge_send(insight_ids: list[str], mode: str) -> None:
 
 
 def _fill_nudges_after_fork() -> None:
-    # A forked child (gunicorn, django-q workers, bench roles) inherits the dict but not the
-    # timer threads: forget them, or the child would wait forever on a trailing nudge that
-    # never fires. The lock may have been held by another thread at fork time: make a new one.
-    global _nudge_lock
+    # A forked child (gunicorn, django-q workers, bench roles) inherits the pending nudges but
+    # not the thread that sends them: forget them, or the child would count on a trailing
+    # nudge that never fires. The lock may have been held by another thread at fork time:
+    # make a new one.
+    global _nudge_lock, _nudge_wakeup, _nudge_thread
     _nudge_lock = threading.Lock()
+    _nudge_wakeup = threading.Condition(_nudge_lock)
+    _nudge_thread = None
     _trailing_nudges.clear()
 
 
 os.register_at_fork(after_in_child=_fill_nudges_after_fork)
 
 
-def fill_nudges_cancel() -> None:
-    """Forget throttle state and cancel pending trailing nudges (tests, process shutdown)."""
-    with _nudge_lock:
-        for timer in _trailing_nudges.values():
-            timer.cancel()
+def fill_nudges_cancel(*, timeout: float = 10.0) -> None:
+    """Forget throttle state and pending trailing nudges, and stop the thread that sends them,
+    which closes its database connection (tests, process shutdown)."""
+    global _nudge_thread
+    with _nudge_wakeup:
+        thread, _nudge_thread = _nudge_thread, None
         _trailing_nudges.clear()
         _last_nudge.clear()
+        _nudge_wakeup.notify_all()
+    if thread is not None and thread is not threading.current_thread():
+        thread.join(timeout)
 
 
 # --- Set-based forms for the hot paths (STYLE rule 1) -------------------------------------

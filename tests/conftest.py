@@ -6,6 +6,7 @@ import pytest
 from rest_framework.authtoken.models import Token
 from rest_framework.test import APIClient
 
+from agendas import states
 from agendas.services import agenda_submit
 from resourcepools.models import Customer, Insight, Membership
 from tests.factories import (
@@ -17,6 +18,13 @@ from tests.factories import (
 )
 
 Role = Membership.Role
+
+
+@pytest.fixture(autouse=True)
+def _no_fill_nudge_thread_left():
+    """No test leaves the trailing fill-nudge thread, and its database connection, behind."""
+    yield
+    states.fill_nudges_cancel()
 
 
 @dataclass

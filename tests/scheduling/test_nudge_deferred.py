@@ -3,6 +3,7 @@ arms one trailing nudge for the window's end, and an empty pull of an insight wi
 nudges too."""
 
 import os
+import threading
 import time
 
 import pytest
@@ -81,8 +82,9 @@ def test_the_trailing_nudge_enqueues_the_fill_when_it_fires(
     with django_capture_on_commit_callbacks(execute=True):
         submit_agenda(submitter)
         submit_agenda(submitter)
-    [timer] = states._trailing_nudges.values()
-    timer.cancel()  # fire it here, on this test's connection, instead of in 60 s
+    [(due_at, mode)] = states._trailing_nudges.values()
+    assert (mode, due_at > time.monotonic() + 50) == ("async", True)
+    states.fill_nudges_cancel()  # send it here, on this test's connection, instead of in 60 s
     states._fill_nudge_send([str(insight.pk)], "async")
 
     assert [task.task["args"] for task in OrmQ.objects.all()] == [(str(insight.pk),)] * 2
@@ -147,9 +149,41 @@ def test_a_forked_child_forgets_the_parents_pending_trailing_nudge(
     assert list(states._trailing_nudges) == [str(insight.pk)]
 
     child = os.fork()
-    if child == 0:  # the child: its parent's timer thread does not exist here
+    if child == 0:  # the child: its parent's nudge thread does not exist here
         os._exit(0 if states._trailing_nudges == {} and not states._nudge_lock.locked() else 1)
     _, status = os.waitpid(child, 0)
 
     assert os.waitstatus_to_exitcode(status) == 0
     assert list(states._trailing_nudges) == [str(insight.pk)]  # the parent's still pending
+
+
+@pytest.mark.skipif(
+    connection.vendor != "postgresql", reason="the trailing nudge's thread needs a shared database"
+)
+@pytest.mark.django_db(transaction=True)
+def test_trailing_nudges_are_sent_by_one_thread_on_one_database_connection(
+    settings, monkeypatch, submitter, submit_agenda, insight
+):
+    settings.POP_FILL_NUDGE = "async"
+    settings.POP_FILL_NUDGE_MIN_INTERVAL = 0.3
+    sent = []
+    send = states._fill_nudge_send
+
+    def recording_send(insight_ids, mode):
+        with connection.cursor() as cursor:
+            cursor.execute("SELECT pg_backend_pid()")
+            sent.append((threading.get_ident(), cursor.fetchone()[0]))
+        send(insight_ids, mode)
+
+    monkeypatch.setattr(states, "_fill_nudge_send", recording_send)
+    here = threading.get_ident()
+
+    submit_agenda(submitter)  # nudges at once
+    submit_agenda(submitter)  # inside the window: arms a trailing nudge
+    assert _wait_for(lambda: OrmQ.objects.count() == 2, 5.0)
+    submit_agenda(submitter)  # inside the trailing nudge's own window: arms another
+    assert _wait_for(lambda: OrmQ.objects.count() == 3, 5.0)
+
+    trailing = [entry for entry in sent if entry[0] != here]
+    assert len(trailing) >= 2, sent
+    assert len(set(trailing)) == 1, f"trailing nudges used several threads or connections: {sent}"
