@@ -363,7 +363,13 @@ def agenda_rerun(
         OperationProgress.objects.filter(agenda_progress=progress, name__in=dropped).delete()
     if reset is None or reset:
         states.operations_reset(progress, reset)
-    progress.percent_complete = 0.0 if reset is None else progress.percent_complete
+    if reset is None:
+        progress.percent_complete = 0.0
+    elif mode == RerunMode.OPERATIONS_TO_RESET:
+        # What is left of the last run: the operations kept, as a report would roll them up.
+        progress.percent_complete = states.percent_rollup(
+            OperationProgress.objects.filter(agenda_progress=progress)
+        )
     progress.do_not_run = skip_execution
     # A rerun grants a fresh set of `max_attempts`; Execution.number keeps counting.
     progress.attempts_completed = 0

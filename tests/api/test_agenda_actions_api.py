@@ -8,6 +8,7 @@ import pytest
 
 from agendas.models import AgendaProgress
 from scheduling.models import CallbackDelivery, ReadyAgenda
+from scheduling.services import execution_report, insight_fill, insight_pull
 
 pytestmark = pytest.mark.django_db
 
@@ -128,6 +129,32 @@ def test_rerun_of_chosen_operations_resets_their_dependants(client, submitter, a
     states = {op["name"]: op["state"] for op in response.json()["progress"]["operations"]}
     assert states == {"probe": "waiting", "report": "waiting"}
     assert response.json()["state"] == "ready"
+
+
+def test_rerun_of_chosen_operations_recomputes_the_percent_from_what_is_kept(
+    client, submitter, submit_agenda, insight
+):
+    agenda = submit_agenda(submitter)
+    insight_fill(insight_id=insight.pk)
+    [item] = insight_pull(principal=None, insight=insight, worker="w1", count=1)
+    done = [{"name": "probe", "state": "succeeded"}, {"name": "report", "state": "succeeded"}]
+    execution_report(
+        execution_id=item.execution.pk,
+        lease_token=item.execution.lease_token,
+        operations=done,
+        state="succeeded",
+    )
+    assert AgendaProgress.objects.get(agenda=agenda).percent_complete == 100.0
+
+    body = client.post(
+        f"/api/v1/agendas/{agenda.pk}/rerun/",
+        {"mode": "operations_to_reset", "operations": ["report"]},
+        format="json",
+    ).json()
+
+    # probe is kept (succeeded), report runs again: half of the agenda is done.
+    assert body["progress"]["percent_complete"] == 50.0
+    assert AgendaProgress.objects.get(agenda=agenda).percent_complete == 50.0
 
 
 def test_rerun_with_skip_execution_holds_the_agenda(client, submitter, agenda_in_state):
