@@ -21,11 +21,10 @@ from django.db import transaction
 from django.db.models import Q
 from django.utils import timezone
 
-from agendas.models import Agenda
 from agendas.services import template_is_usable_by, template_run
-from agendas.states import TERMINAL
 from scheduling import cron
 from scheduling.models import Schedule
+from scheduling.schedule_services import schedule_has_unfinished_run
 
 logger = logging.getLogger("pop.scheduling.cron")
 State = Schedule.State
@@ -132,7 +131,7 @@ def _schedule_run(schedule: Schedule, *, now: datetime) -> str:
             occurrence.isoformat(),
         )
         return "skipped"
-    if schedule.overlap == Schedule.Overlap.SKIP and _has_unfinished_run(schedule):
+    if schedule.overlap == Schedule.Overlap.SKIP and schedule_has_unfinished_run(schedule):
         logger.info(
             "cron: schedule %s skipped a run: the previous one is not finished", schedule.pk
         )
@@ -160,14 +159,6 @@ def _move_on(
     if moved != 1:
         raise ScheduleClaimLost(str(schedule.pk))
     schedule.next_run_at = next_run_at
-
-
-def _has_unfinished_run(schedule: Schedule) -> bool:
-    return (
-        Agenda.objects.filter(schedule_id=schedule.pk)
-        .exclude(progress__state__in=TERMINAL)
-        .exists()
-    )
 
 
 def _submit_run(schedule: Schedule, *, occurrence: datetime) -> bool:

@@ -14,7 +14,7 @@ from django.utils import timezone
 
 from agendas.models import Agenda, AgendaTemplate
 from agendas.services import template_expand, template_is_usable_by, template_run
-from agendas.states import InvalidTransition
+from agendas.states import TERMINAL, InvalidTransition
 from resourcepools.models import Customer, Membership
 from resourcepools.selectors import Principal, require_role
 from resourcepools.services import acting_customer
@@ -162,11 +162,37 @@ def schedule_resume(*, principal: Principal | None, schedule: Schedule) -> Sched
     return schedule
 
 
+def schedule_has_unfinished_run(schedule: Schedule) -> bool:
+    """Whether an agenda the schedule submitted has not reached a terminal state yet."""
+    return (
+        Agenda.objects.filter(schedule_id=schedule.pk)
+        .exclude(progress__state__in=TERMINAL)
+        .exists()
+    )
+
+
 @transaction.atomic
 def schedule_trigger(*, principal: Principal | None, schedule: Schedule, cid: str = "") -> Agenda:
-    """Run the schedule's template once now, outside its cron timing (submitter)."""
+    """Run the schedule's template once now, outside its cron timing (submitter).
+
+    Only an active schedule runs, and its `overlap=skip` holds for a run by hand as for one
+    by cron: 409 naming the state when it is paused or expired, or while its previous run is
+    unfinished. Locks the schedule row, so two triggers never both pass the overlap check.
+    """
     require_role(principal, schedule.customer_id, Role.SUBMITTER)
     schedule = _locked(schedule)
+    if schedule.state != State.ACTIVE:
+        raise InvalidTransition(
+            f"Schedule {schedule.name} is {schedule.state}; only an active one can be "
+            "triggered (resume it first).",
+            current_state=schedule.state,
+        )
+    if schedule.overlap == Schedule.Overlap.SKIP and schedule_has_unfinished_run(schedule):
+        raise InvalidTransition(
+            f"Schedule {schedule.name} skips overlapping runs and its previous run is not "
+            "finished.",
+            current_state=schedule.state,
+        )
     agenda, _ = template_run(
         principal=principal,
         template=schedule.template,

@@ -70,8 +70,8 @@ class ScheduleViewSet(
 
     @extend_schema(
         request=None,
-        responses={201: AgendaSerializer},
-        summary="Run the schedule's template once now.",
+        responses={201: AgendaSerializer, 409: CONFLICT_RESPONSE},
+        summary="Run the schedule's template once now (an active schedule; overlap=skip holds).",
     )
     @action(detail=True, methods=["post"])
     def trigger(self, request: Request, pk: str) -> Response:

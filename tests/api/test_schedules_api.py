@@ -161,3 +161,40 @@ def test_schedules_list_filters_by_state(viewer_client, admin_client, schedule):
     assert [row["name"] for row in paused["results"]] == ["nightly"]
     assert active["count"] == 0
     assert (bad.status_code, list(bad.json())) == (400, ["state"])
+
+
+def test_trigger_of_a_paused_schedule_is_409_and_runs_nothing(admin_client, schedule, insight):
+    admin_client.post(f"/api/v1/schedules/{schedule.pk}/pause/")
+
+    response = admin_client.post(f"/api/v1/schedules/{schedule.pk}/trigger/")
+
+    assert (response.status_code, response.json()["current_state"]) == (409, "paused")
+    assert not Agenda.objects.filter(schedule=schedule).exists()
+
+
+def test_trigger_honours_overlap_skip_until_the_previous_run_is_finished(
+    admin_client, schedule, insight
+):
+    Schedule.objects.filter(pk=schedule.pk).update(overlap=Schedule.Overlap.SKIP)
+    url = f"/api/v1/schedules/{schedule.pk}/trigger/"
+
+    first = admin_client.post(url)
+    overlapping = admin_client.post(url)
+    admin_client.post(f"/api/v1/agendas/{first.json()['id']}/abort/")  # the run is finished
+    after = admin_client.post(url)
+
+    assert first.status_code == 201
+    assert (overlapping.status_code, overlapping.json()["current_state"]) == (409, "active")
+    assert after.status_code == 201
+    assert Agenda.objects.filter(schedule=schedule).count() == 2
+
+
+def test_trigger_with_overlap_allow_runs_again_while_the_previous_run_is_unfinished(
+    admin_client, schedule, insight
+):
+    url = f"/api/v1/schedules/{schedule.pk}/trigger/"
+
+    statuses = [admin_client.post(url).status_code for _ in range(2)]
+
+    assert schedule.overlap == Schedule.Overlap.ALLOW
+    assert statuses == [201, 201]
