@@ -1,4 +1,9 @@
+import copy
+
+from django import forms
 from django.contrib import admin
+from django.core.exceptions import ValidationError
+from django.forms.models import construct_instance
 
 from scheduling.models import (
     Alert,
@@ -9,6 +14,7 @@ from scheduling.models import (
     ReadyAgenda,
     Schedule,
 )
+from scheduling.schedule_services import schedule_save_checked, schedule_validate
 
 
 class ReadOnlyAdmin(admin.ModelAdmin):
@@ -43,12 +49,54 @@ class InsightScheduleInfoAdmin(ReadOnlyAdmin):
     list_select_related = ["insight"]
 
 
+class ScheduleAdminForm(forms.ModelForm):
+    """The checks of the schedule API, as form errors: a bad cron expression or time zone, a
+    template not shared with the customer, a payload it refuses, end before start."""
+
+    class Meta:
+        model = Schedule
+        # state, next_run_at and last_run_at are read-only here: pause/resume and the cron pass.
+        fields = [
+            "link_id",
+            "cid",
+            "customer",
+            "name",
+            "template",
+            "payload",
+            "cron",
+            "timezone",
+            "start_at",
+            "end_at",
+            "catch_up",
+            "overlap",
+        ]
+
+    def clean(self) -> dict:
+        cleaned = super().clean()
+        if self.errors:
+            return cleaned
+        candidate = construct_instance(self, copy.copy(self.instance))
+        try:
+            schedule_validate(candidate)
+        except ValidationError as error:
+            for path, messages in error.message_dict.items():
+                field = path.split(".", 1)[0]
+                for message in messages:
+                    where = f"{path}: " if field != path else ""
+                    self.add_error(field if field in self.fields else None, f"{where}{message}")
+        return cleaned
+
+
 @admin.register(Schedule)
 class ScheduleAdmin(admin.ModelAdmin):
+    form = ScheduleAdminForm
     list_display = ["name", "customer", "template", "cron", "timezone", "state", "next_run_at"]
     list_filter = ["state", "customer", "catch_up", "overlap"]
     search_fields = ["name", "cron", "link_id"]
     readonly_fields = ["next_run_at", "last_run_at", "state"]
+
+    def save_model(self, request, obj: Schedule, form, change: bool) -> None:
+        schedule_save_checked(obj)  # replans next_run_at from the (new) cron, zone and start
 
 
 @admin.register(CallbackDelivery)

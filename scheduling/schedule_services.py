@@ -118,6 +118,24 @@ def schedule_update(*, principal: Principal | None, schedule: Schedule, **fields
     return schedule
 
 
+def schedule_validate(schedule: Schedule) -> None:
+    """Raise ValidationError (by field) for a schedule that could not run: end before start,
+    a template not shared with the customer, a payload the template refuses, an unusable cron
+    expression or time zone. Writes nothing; the admin form checks with it."""
+    _check(schedule)
+    _plan(schedule, timezone.now())
+
+
+@transaction.atomic
+def schedule_save_checked(schedule: Schedule) -> Schedule:
+    """Save a schedule a trusted caller (the admin) created or changed: checked, and its next
+    run planned afresh from its cron, zone and start, as `schedule_update` does."""
+    _check(schedule)
+    _plan(schedule, timezone.now())
+    _save(schedule, None)
+    return schedule
+
+
 @transaction.atomic
 def schedule_delete(*, principal: Principal | None, schedule: Schedule) -> None:
     """Delete a schedule (its customer's admin); its agendas stay."""

@@ -1,5 +1,6 @@
 """Every admin changelist, add and change page renders for the operator; the admin actions."""
 
+import json
 import uuid
 
 import pytest
@@ -18,7 +19,7 @@ from agendas.services import agenda_abort, agenda_pause
 from popsite.demo import demo_load
 from resourcepools.models import Customer, Insight
 from scheduling.alerts import alerts_evaluate
-from scheduling.models import Alert, AlertRule, QueuedAgenda, ReadyAgenda
+from scheduling.models import Alert, AlertRule, QueuedAgenda, ReadyAgenda, Schedule
 from scheduling.services import insight_fill, insight_pull
 
 pytestmark = pytest.mark.django_db
@@ -233,3 +234,44 @@ def test_fill_now_of_an_insight_with_a_full_queue_queues_nothing(operator_client
 
     assert QueuedAgenda.objects.filter(insight=insight).count() == queued
     assert messages == [("success", "0 agenda(s) queued from 1 insight(s).")]
+
+
+def _schedule_form(schedule, **changes) -> dict:
+    data = {
+        "link_id": schedule.link_id,
+        "cid": schedule.cid,
+        "customer": schedule.customer_id,
+        "name": schedule.name,
+        "template": schedule.template_id,
+        "payload": json.dumps(schedule.payload),
+        "cron": schedule.cron,
+        "timezone": schedule.timezone,
+        "start_at_0": "",
+        "start_at_1": "",
+        "end_at_0": "",
+        "end_at_1": "",
+        "catch_up": schedule.catch_up,
+        "overlap": schedule.overlap,
+    }
+    data.update(changes)
+    return data
+
+
+def test_admin_schedule_edit_checks_the_cron_and_replans_the_next_run(operator_client):
+    schedule = Schedule.objects.filter(state=Schedule.State.ACTIVE).first()
+    assert schedule is not None, "the demo has an active schedule"
+    url = reverse("admin:scheduling_schedule_change", args=[schedule.pk])
+    before = Schedule.objects.get(pk=schedule.pk)
+
+    refused = operator_client.post(url, _schedule_form(schedule, cron="61 * * * *"))
+    unchanged = Schedule.objects.get(pk=schedule.pk)
+    accepted = operator_client.post(url, _schedule_form(schedule, cron="0 3 * * *", timezone="UTC"))
+    changed = Schedule.objects.get(pk=schedule.pk)
+
+    assert refused.status_code == 200  # the form again, with the error
+    assert "cron" in refused.context["adminform"].form.errors
+    assert (unchanged.cron, unchanged.next_run_at) == (before.cron, before.next_run_at)
+    assert accepted.status_code == 302
+    assert changed.cron == "0 3 * * *"
+    assert changed.next_run_at > timezone.now()
+    assert (changed.next_run_at.hour, changed.next_run_at.minute) == (3, 0)
