@@ -172,7 +172,15 @@ def schedule_resume(*, principal: Principal | None, schedule: Schedule) -> Sched
             f"Schedule {schedule.name} is {schedule.state}; only a paused one can be resumed.",
             current_state=schedule.state,
         )
-    _plan(schedule, timezone.now())
+    now = timezone.now()
+    if schedule.end_at is not None and schedule.end_at <= now:
+        # Active with nothing left to run would only wait for the cron pass to expire it.
+        raise InvalidTransition(
+            f"Schedule {schedule.name} ended at {schedule.end_at.isoformat()}; move its end_at "
+            "to resume it.",
+            current_state=schedule.state,
+        )
+    _plan(schedule, now)
     Schedule.objects.filter(pk=schedule.pk).update(
         state=State.ACTIVE, next_run_at=schedule.next_run_at, updated_at=timezone.now()
     )

@@ -128,6 +128,19 @@ def test_pause_and_resume_follow_the_schedule_state(admin_client, schedule):
     assert (resumed_again.status_code, resumed_again.json()["current_state"]) == (409, "active")
 
 
+def test_resuming_a_schedule_whose_end_has_passed_is_409_and_it_stays_paused(
+    admin_client, schedule
+):
+    admin_client.post(f"/api/v1/schedules/{schedule.pk}/pause/")
+    Schedule.objects.filter(pk=schedule.pk).update(end_at=datetime(2020, 1, 1, tzinfo=UTC))
+
+    response = admin_client.post(f"/api/v1/schedules/{schedule.pk}/resume/")
+
+    assert (response.status_code, response.json()["current_state"]) == (409, "paused")
+    assert "end_at" in response.json()["detail"]
+    assert Schedule.objects.get(pk=schedule.pk).state == "paused"
+
+
 def test_a_submitter_may_not_pause_a_schedule(client, schedule):
     assert client.post(f"/api/v1/schedules/{schedule.pk}/pause/").status_code == 403
     schedule.refresh_from_db()
