@@ -72,17 +72,15 @@ def validate_each(
 
     One instance for all items because DRF deep-copies a serializer's fields for every new
     instance: for a bulk of 100 that copying cost more than the validation (bench.profile).
-    The errors are the ones `is_valid()` would give.
+    `is_valid()` runs the same `run_validation`, so the errors are the same; a null item never
+    gets here (the list fields of the callers refuse it for the whole request).
     """
     results: list[tuple[Any, dict[str, list[str]] | None]] = []
     for item in items:
         try:
             results.append((serializer.run_validation(item), None))
         except serializers.ValidationError as error:
-            detail = error.detail
-            if isinstance(detail, list) and detail and getattr(detail[0], "code", "") == "null":
-                detail = {"non_field_errors": ["No data provided"]}  # as Serializer.errors
-            results.append((None, flatten_errors(detail)))
+            results.append((None, flatten_errors(error.detail)))
     return results
 
 

@@ -77,6 +77,15 @@ def _plan(schedule: Schedule, now: datetime) -> None:
     schedule.next_run_at = None if schedule.state == State.EXPIRED else next_run_at
 
 
+def schedule_validate(schedule: Schedule) -> None:
+    """Check a schedule and plan its next run (set on it, nothing written): ValidationError by
+    field for end before start, a template not shared with the customer, a payload the
+    template refuses, an unusable cron expression or time zone. Every write of a schedule's
+    definition goes through it; the admin form checks with it."""
+    _check(schedule)
+    _plan(schedule, timezone.now())
+
+
 def _save(schedule: Schedule, update_fields: list[str] | None) -> None:
     try:
         with transaction.atomic():
@@ -98,8 +107,7 @@ def schedule_create(
     customer = acting_customer(principal=principal, customer=customer, role=Role.ADMIN)
     require_role(principal, customer.pk, Role.ADMIN)
     schedule = Schedule(customer=customer, template=template, cid=cid, **fields)
-    _check(schedule)
-    _plan(schedule, timezone.now())
+    schedule_validate(schedule)
     _save(schedule, None)
     return schedule
 
@@ -112,26 +120,16 @@ def schedule_update(*, principal: Principal | None, schedule: Schedule, **fields
     schedule = Schedule.objects.select_for_update().select_related("customer").get(pk=schedule.pk)
     for name, value in fields.items():
         setattr(schedule, name, value)
-    _check(schedule)
-    _plan(schedule, timezone.now())
+    schedule_validate(schedule)
     _save(schedule, [*fields, "next_run_at", "updated_at"])
     return schedule
-
-
-def schedule_validate(schedule: Schedule) -> None:
-    """Raise ValidationError (by field) for a schedule that could not run: end before start,
-    a template not shared with the customer, a payload the template refuses, an unusable cron
-    expression or time zone. Writes nothing; the admin form checks with it."""
-    _check(schedule)
-    _plan(schedule, timezone.now())
 
 
 @transaction.atomic
 def schedule_save_checked(schedule: Schedule) -> Schedule:
     """Save a schedule a trusted caller (the admin) created or changed: checked, and its next
     run planned afresh from its cron, zone and start, as `schedule_update` does."""
-    _check(schedule)
-    _plan(schedule, timezone.now())
+    schedule_validate(schedule)
     _save(schedule, None)
     return schedule
 

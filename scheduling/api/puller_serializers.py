@@ -191,7 +191,7 @@ def _pulled_item(item: PulledAgenda) -> dict:
             "id": str(agenda.pk),
             "customer": str(agenda.customer_id),
             "customer_slug": agenda.customer.slug,
-            "insight": str(agenda.insight_id) if agenda.insight_id else None,
+            "insight": str(agenda.insight_id),
             "link_id": agenda.link_id,
             "cid": agenda.cid,
             "external_id": agenda.external_id,
