@@ -10,20 +10,26 @@ from collections.abc import Callable
 from datetime import datetime
 from typing import Any
 
-import jsonschema
 from django.core.exceptions import PermissionDenied, ValidationError
 from django.db import IntegrityError, transaction
 from django.utils import timezone
 
 from agendas import states
 from agendas.models import Agenda, AgendaProgress, AgendaTemplate, OperationProgress
+from agendas.payload_schema import payload_errors, payload_schema_errors
 from agendas.references import UnresolvedReferences, expand_template
+from agendas.submit_options import (
+    OPTION_NAMES,
+    agenda_options_checked,
+    template_body_option_errors,
+)
 from agendas.validation import (
     operation_dependencies,
     operations_to_reset,
     validate_agenda_options,
     validate_operations,
 )
+from audit.services import audit_record, audit_record_bulk
 from resourcepools.mapping import InsightCandidate, choose_insight
 from resourcepools.models import Customer, Membership
 from resourcepools.selectors import (
@@ -37,19 +43,8 @@ from resourcepools.services import acting_customer
 
 Role = Membership.Role
 S = AgendaProgress.State
-SUBMIT_OPTIONS = (
-    "params",
-    "link_id",
-    "external_id",
-    "priority",
-    "max_attempts",
-    "retry_delay_seconds",
-    "callback_url",
-    "run_after",
-    "do_not_run",
-    "default_insight",
-    "idempotency_key",
-)
+# The options a template body may set, each checked as a submission's (agendas/submit_options).
+SUBMIT_OPTIONS = OPTION_NAMES
 
 
 def submitting_customer(*, principal: Principal | None, customer: Customer | None) -> Customer:
@@ -120,6 +115,12 @@ def agenda_submit(
             states.progress_create(
                 agenda=agenda, run_after=run_after, do_not_run=do_not_run, now=timezone.now()
             )
+            if schedule is None:  # a schedule's run: schedule_trigger's record, or cron's (none)
+                audit_record(
+                    action="template.run" if template else "agenda.submit",
+                    target=agenda,
+                    detail={"template": template.pk} if template else None,
+                )
     except IntegrityError:
         if not idempotency_key:
             raise
@@ -175,16 +176,14 @@ def _unsaved_agenda(
 
 
 def template_expand(*, template: AgendaTemplate, payload: Any) -> dict:
-    """Validate `payload` against the template's schema and expand the template body (§4.3)."""
-    if template.payload_schema:
-        validator = jsonschema.Draft202012Validator(template.payload_schema)
-        problems = sorted(validator.iter_errors(payload), key=lambda error: list(error.path))
-        if problems:
-            errors: dict[str, list[str]] = {}
-            for problem in problems:
-                path = ".".join(["payload", *(str(part) for part in problem.path)])
-                errors.setdefault(path, []).append(problem.message)
-            raise ValidationError(errors)
+    """Validate `payload` against the template's schema and expand the template body (§4.3).
+
+    The schema is applied offline, with RE2 and a deadline (agendas/payload_schema.py); one
+    stored before those rules that breaks them is a 400 naming `payload_schema`, never used.
+    """
+    errors = payload_errors(template.payload_schema, payload)
+    if errors:
+        raise ValidationError(errors)
     try:
         body = expand_template(
             template.agenda, payload=payload, static_parameters=template.static_parameters or {}
@@ -206,10 +205,26 @@ def template_run(
     cid: str = "",
     **options: Any,
 ) -> tuple[Agenda, bool]:
-    """Expand the template with `payload` and submit the result; options override the body."""
+    """Expand the template with `payload` and submit the result; options override the body.
+
+    The body's options are checked as a submission's (400 `agenda.<name>`), the caller's too
+    (400 `<name>`). A body's `callback_url` counts only for its owner's runs: a template never
+    sends another customer's events anywhere (their own callback, or one they pass, does).
+    """
+    customer = submitting_customer(principal=principal, customer=customer)
     body = template_expand(template=template, payload=payload)
-    submit = {key: body[key] for key in SUBMIT_OPTIONS if key in body}
-    submit.update({key: value for key, value in options.items() if value is not None})
+    overrides = {key: value for key, value in options.items() if value is not None}
+    from_body = {key: body[key] for key in SUBMIT_OPTIONS if key in body and key not in overrides}
+    if template.customer_id != customer.pk:
+        from_body.pop("callback_url", None)
+    submit, errors = {}, {}
+    for given, prefix in ((from_body, "agenda."), (overrides, "")):
+        try:
+            submit.update(agenda_options_checked(given, prefix=prefix))
+        except ValidationError as error:
+            errors.update(error.message_dict)
+    if errors:
+        raise ValidationError(errors)
     return agenda_submit(
         principal=principal,
         customer=customer,
@@ -234,6 +249,7 @@ def agenda_abort(*, principal: Principal | None, agenda: Agenda) -> AgendaProgre
     """Abort: waiting agendas at once; an executing one is flagged for its worker (§3)."""
     require_role(principal, agenda.customer_id, Role.SUBMITTER)
     progress = _locked_progress(agenda)
+    audit_record(action="agenda.abort", target=agenda, detail={"state": progress.state})
     if progress.state == S.EXECUTING:
         if not progress.abort_requested:
             progress.abort_requested = True
@@ -249,6 +265,7 @@ def agenda_pause(*, principal: Principal | None, agenda: Agenda) -> AgendaProgre
     """Pause: waiting agendas at once; an executing one stops after its running operations."""
     require_role(principal, agenda.customer_id, Role.SUBMITTER)
     progress = _locked_progress(agenda)
+    audit_record(action="agenda.pause", target=agenda, detail={"state": progress.state})
     if progress.state == S.EXECUTING:
         if not progress.pause_requested:
             progress.pause_requested = True
@@ -263,6 +280,7 @@ def agenda_resume(*, principal: Principal | None, agenda: Agenda) -> AgendaProgr
     """Resume a paused agenda: back to ready, keeping its finished operations."""
     require_role(principal, agenda.customer_id, Role.SUBMITTER)
     progress = _locked_progress(agenda)
+    audit_record(action="agenda.resume", target=agenda, detail={"state": progress.state})
     if progress.state != S.PAUSED:
         raise states.InvalidTransition(
             f"Agenda {agenda.pk} is {progress.state}; only a paused agenda can be resumed.",
@@ -329,6 +347,11 @@ def agenda_rerun(
     """
     require_role(principal, agenda.customer_id, Role.SUBMITTER)
     progress = _locked_progress(agenda)
+    audit_record(
+        action="agenda.rerun",
+        target=agenda,
+        detail={"state": progress.state, "mode": mode, "operations": operations or []},
+    )
     held = progress.state == S.PENDING and progress.do_not_run
     if progress.state not in states.TERMINAL | {S.PAUSED} and not held:
         raise states.InvalidTransition(
@@ -399,17 +422,30 @@ def template_is_usable_by(template: AgendaTemplate, customer: Customer) -> bool:
 
 
 def _template_body_errors(*, agenda: Any, payload_schema: Any) -> dict[str, list[str]]:
+    """What a template is refused for at save: its body (operations, and options checked as
+    a submission's) and its payload schema (agendas/payload_schema.py), so no run fails on
+    them."""
     errors: dict[str, list[str]] = {}
     if not isinstance(agenda, dict):
         errors["agenda"] = ["Expected a JSON object with an `operations` list."]
-    elif not isinstance(agenda.get("operations"), list | str) or not agenda.get("operations"):
-        errors["agenda.operations"] = ["Expected a non-empty list (or one @<…> reference)."]
-    if payload_schema is not None:
-        try:
-            jsonschema.Draft202012Validator.check_schema(payload_schema)
-        except jsonschema.SchemaError as error:
-            errors["payload_schema"] = [f"Not a valid JSON Schema: {error.message}"]
+    else:
+        if not isinstance(agenda.get("operations"), list | str) or not agenda.get("operations"):
+            errors["agenda.operations"] = ["Expected a non-empty list (or one @<…> reference)."]
+        errors.update(template_body_option_errors(agenda))
+    schema_errors = payload_schema_errors(payload_schema)
+    if schema_errors:
+        errors["payload_schema"] = schema_errors
     return errors
+
+
+def _sharing_errors(
+    principal: Principal | None, fields: dict[str, Any], template: AgendaTemplate | None = None
+) -> dict[str, list[str]]:
+    """Only staff make a template global; an owner's admin may still un-share one."""
+    turns_global = fields.get("is_global") and not (template and template.is_global)
+    if turns_global and not principal_is_staff(principal):
+        return {"is_global": ["Only staff may share a template with every customer."]}
+    return {}
 
 
 def _template_save(template: AgendaTemplate, update_fields: list[str] | None) -> None:
@@ -432,7 +468,7 @@ def agenda_template_create(
     """Create a template owned by `customer` (default: the one the caller administers)."""
     customer = acting_customer(principal=principal, customer=customer, role=Role.ADMIN)
     require_role(principal, customer.pk, Role.ADMIN)
-    errors = _template_body_errors(
+    errors = _sharing_errors(principal, fields) | _template_body_errors(
         agenda=fields.get("agenda"), payload_schema=fields.get("payload_schema")
     )
     if errors:
@@ -441,6 +477,7 @@ def agenda_template_create(
     _template_save(template, None)
     if allowed_customers:
         template.allowed_customers.set(allowed_customers)
+    audit_record(action="template.create", target=template, detail={"name": template.name})
     return template
 
 
@@ -456,7 +493,7 @@ def agenda_template_update(
     require_role(principal, template.customer_id, Role.ADMIN)
     fields.pop("customer", None)
     template = AgendaTemplate.objects.select_for_update().get(pk=template.pk)
-    errors = _template_body_errors(
+    errors = _sharing_errors(principal, fields, template) | _template_body_errors(
         agenda=fields.get("agenda", template.agenda),
         payload_schema=fields.get("payload_schema", template.payload_schema),
     )
@@ -467,6 +504,7 @@ def agenda_template_update(
     _template_save(template, [*fields, "updated_at"])
     if allowed_customers is not None:
         template.allowed_customers.set(allowed_customers)
+    audit_record(action="template.update", target=template, detail={"fields": sorted(fields)})
     return template
 
 
@@ -474,15 +512,24 @@ def agenda_template_update(
 def agenda_template_delete(*, principal: Principal | None, template: AgendaTemplate) -> None:
     """Delete a template (its owner's admin); refused while a schedule uses it."""
     require_role(principal, template.customer_id, Role.ADMIN)
+    audit_record(action="template.delete", target=template, detail={"name": template.name})
     template.delete()
 
 
 def agenda_template_preview(
     *, principal: Principal | None, template: AgendaTemplate, payload: Any
 ) -> tuple[dict, dict[str, list[str]]]:
-    """Expand the template with `payload` without submitting; returns (body, problems)."""
+    """Expand the template with `payload` without submitting; returns (body, problems): what a
+    run would refuse in the operations and, as `agenda.<name>`, in the body's options."""
     body = template_expand(template=template, payload=payload)
-    return body, validate_operations(body.get("operations"))
+    problems = validate_operations(body.get("operations"))
+    try:
+        agenda_options_checked(
+            {key: body[key] for key in SUBMIT_OPTIONS if key in body}, prefix="agenda."
+        )
+    except ValidationError as error:
+        problems |= error.message_dict
+    return body, problems
 
 
 def agenda_template_run(
@@ -543,6 +590,7 @@ def agendas_submit_many(
             with transaction.atomic(savepoint=keyed):
                 Agenda.objects.bulk_create([agenda for agenda, _, _ in new])
                 states.progress_create_many(new, now=timezone.now())
+                audit_record_bulk(action="agenda.submit_many", targets=[row for row, _, _ in new])
         except IntegrityError:
             # A concurrent submit took one of the keys after the plan read them: plan again,
             # and the item returns that agenda (agenda_submit does the same for one item).

@@ -206,8 +206,8 @@ def make_world(
     """A pool owner with a worker, one insight for `noop` operations, and `customers`
     submitting customers (each with a submitter user and an API token)."""
     from django.contrib.auth import get_user_model
-    from rest_framework.authtoken.models import Token
 
+    from accounts.services import token_issue
     from resourcepools.models import Customer, Insight, Membership, ResourcePool
 
     User = get_user_model()
@@ -233,7 +233,7 @@ def make_world(
         insight_id=str(insight.pk),
         owner_id=str(owner.pk),
         worker_user_id=worker.pk,
-        worker_token=Token.objects.create(user=worker).key,
+        worker_token=token_issue(principal=None, user=worker, name="bench-worker").key,
         staff_user_id=staff.pk,
     )
     for number in range(customers):
@@ -248,7 +248,7 @@ def make_world(
         Membership.objects.create(user=user, customer=customer, role=Membership.Role.SUBMITTER)
         world.customers.append(str(customer.pk))
         world.submitters[str(customer.pk)] = user.pk
-        world.tokens[str(customer.pk)] = Token.objects.create(user=user).key
+        world.tokens[str(customer.pk)] = token_issue(principal=None, user=user, name="bench").key
     return world
 
 

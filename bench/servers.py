@@ -149,8 +149,6 @@ def pop_worker(
         "popclient",
         "--url",
         url,
-        "--token",
-        token,
         "worker",
         "--insight",
         insight,
@@ -160,7 +158,9 @@ def pop_worker(
         name,
         *(extra or []),
     ]
-    return spawn(name, argv, {**os.environ, "PYTHONPATH": str(ROOT), **(env or {})}, logs)
+    # The token goes in the environment: argv is visible to every user (ps).
+    worker_env = {**os.environ, "PYTHONPATH": str(ROOT), "POP_TOKEN": token, **(env or {})}
+    return spawn(name, argv, worker_env, logs)
 
 
 def wait_http(url: str, process: Process, timeout: float = 60.0) -> None:

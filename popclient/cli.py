@@ -1,7 +1,9 @@
 """``pop``: the POP command line (DESIGN §11). ``pop --help`` lists the commands.
 
-Configuration, first match wins: ``--url``/``--token`` flags, ``POP_URL``/``POP_TOKEN``,
-then the file written by ``pop login`` (``$POP_CONFIG`` or ``~/.config/pop/config.json``).
+Configuration, first match wins: the server from ``--url``, ``POP_URL``; the API token from
+``--token-file``, ``POP_TOKEN``, ``POP_TOKEN_FILE``; then the file written by ``pop login``
+(``$POP_CONFIG`` or ``~/.config/pop/config.json``). A token is never taken from the command
+line, where every user of the machine could read it (``ps``).
 
 Exit codes (scripts can trust them):
 
@@ -24,6 +26,7 @@ import json
 import logging
 import os
 import signal
+import socket
 import sys
 import threading
 import time
@@ -81,6 +84,34 @@ def load_config() -> dict[str, Any]:
     except (OSError, ValueError) as exc:
         raise UsageError(f"cannot read {path}: {exc}") from exc
     return data if isinstance(data, dict) else {}
+
+
+def read_token_file(name: str) -> str:
+    """The API token in a file (a mounted Secret, a 0600 file): its first line, trimmed."""
+    try:
+        text = Path(name).expanduser().read_text()
+    except OSError as exc:
+        raise UsageError(f"cannot read the token file {name}: {exc}") from exc
+    token = text.strip().splitlines()[0].strip() if text.strip() else ""
+    if not token:
+        raise UsageError(f"the token file {name} is empty")
+    return token
+
+
+def explicit_token(args: argparse.Namespace) -> str | None:
+    """The token given for this run: ``--token-file``, ``POP_TOKEN``, ``POP_TOKEN_FILE``."""
+    if getattr(args, "token", None):
+        raise UsageError(
+            "--token is not accepted: the command line is visible to every user (ps); "
+            "set POP_TOKEN or use --token-file"
+        )
+    if getattr(args, "token_file", None):
+        return read_token_file(args.token_file)
+    if os.environ.get("POP_TOKEN"):
+        return os.environ["POP_TOKEN"].strip()
+    if os.environ.get("POP_TOKEN_FILE"):
+        return read_token_file(os.environ["POP_TOKEN_FILE"])
+    return None
 
 
 def save_config(data: dict[str, Any]) -> Path:
@@ -198,7 +229,12 @@ def _common_options(suppress: bool) -> argparse.ArgumentParser:
     default = argparse.SUPPRESS if suppress else None
     parser = argparse.ArgumentParser(add_help=False)
     parser.add_argument("--url", default=default, help="server URL (env POP_URL)")
-    parser.add_argument("--token", default=default, help="API token (env POP_TOKEN)")
+    parser.add_argument(
+        "--token-file", default=default, metavar="FILE",
+        help="file holding the API token (env POP_TOKEN, POP_TOKEN_FILE)",
+    )  # fmt: skip
+    # Refused with a clear message (see explicit_token): a token in argv leaks through ps.
+    parser.add_argument("--token", default=default, help=argparse.SUPPRESS)
     parser.add_argument("--cid", default=default, help="correlation id sent as X-POP-CID")
     parser.add_argument(
         "--timeout", type=float, default=argparse.SUPPRESS if suppress else 30.0,
@@ -234,6 +270,7 @@ def build_parser() -> argparse.ArgumentParser:
     login.add_argument("--username", "-u")
     login.add_argument("--password", help="(prompted when omitted)")
     login.add_argument("--password-stdin", action="store_true", help="read the password from stdin")
+    login.add_argument("--name", help="name of the new token (pop-cli@HOST)")
     login.set_defaults(handler=cmd_login)
 
     # agendas
@@ -358,6 +395,26 @@ def build_parser() -> argparse.ArgumentParser:
         action.add_argument("id")
         action.set_defaults(handler=cmd_schedules_action, action=name)
 
+    # tokens
+    tokens = commands.add_parser("tokens", help="list, create and revoke your API tokens")
+    token_commands = tokens.add_subparsers(dest="subcommand", metavar="ACTION", required=True)
+    token_list = command(token_commands, "list", "list your API tokens (staff: everyone's)")
+    token_list.add_argument("--user", dest="filter_user", metavar="USER_ID", help="staff only")
+    token_list.add_argument("--name", dest="filter_name", metavar="NAME")
+    token_list.set_defaults(handler=cmd_tokens_list)
+    token_create = command(token_commands, "create", "create an API token; its key is printed once")
+    token_create.add_argument("name", help="what will use it: laptop, worker-farm-a")
+    lifetime = token_create.add_mutually_exclusive_group()
+    lifetime.add_argument("--expires-in-days", type=int, metavar="DAYS")
+    lifetime.add_argument("--no-expiry", action="store_true", help="never expires")
+    token_create.add_argument(
+        "--output", metavar="FILE", help="write the key to FILE (mode 0600) instead of stdout"
+    )
+    token_create.set_defaults(handler=cmd_tokens_create)
+    token_revoke = command(token_commands, "revoke", "revoke an API token")
+    token_revoke.add_argument("id", help="token id (from 'pop tokens list')")
+    token_revoke.set_defaults(handler=cmd_tokens_revoke)
+
     queues = command(commands, "queues", "queue depths per insight")
     queues.set_defaults(handler=cmd_queues)
 
@@ -402,11 +459,13 @@ class Context:
     def settings(self, *, need_token: bool = True) -> tuple[str, str | None]:
         config = load_config()
         url = self.args.url or os.environ.get("POP_URL") or config.get("url")
-        token = self.args.token or os.environ.get("POP_TOKEN") or config.get("token")
+        token = explicit_token(self.args) or config.get("token")
         if not url:
             raise UsageError("no server URL: pass --url, set POP_URL or run 'pop login'")
         if need_token and not token:
-            raise UsageError("no API token: pass --token, set POP_TOKEN or run 'pop login'")
+            raise UsageError(
+                "no API token: set POP_TOKEN, use --token-file/POP_TOKEN_FILE or run 'pop login'"
+            )
         return url, token
 
     def client(self, *, need_token: bool = True) -> PopClient:
@@ -421,10 +480,11 @@ def cmd_login(ctx: Context) -> int:
     args = ctx.args
     url, token = ctx.settings(need_token=False)
     username = args.username
-    if args.token and not username:
+    given = explicit_token(args)
+    if given and not username:
         client = ctx.client()
         client.queues()  # proves the token works
-        token_value = args.token
+        token_value = given
     else:
         if not username:
             username = input("Username: ")
@@ -433,7 +493,9 @@ def cmd_login(ctx: Context) -> int:
         else:
             password = args.password or getpass.getpass("Password: ")
         try:
-            token_value = ctx.client(need_token=False).obtain_token(username, password)
+            token_value = ctx.client(need_token=False).obtain_token(
+                username, password, name=args.name or f"pop-cli@{socket.gethostname()}"
+            )
         except ValidationFailed as exc:  # DRF answers bad credentials with 400
             raise Unauthorized(exc.message, status_code=exc.status_code, cid=exc.cid) from exc
     path = save_config({"url": url, "token": token_value, "username": username})
@@ -855,6 +917,66 @@ def cmd_queues(ctx: Context) -> int:
              q.get("executing"), f"{float(oldest):.0f}s" if oldest is not None else None]
         )  # fmt: skip
     ctx.out.table(rows, ["insight", "queued", "ready", "executing", "oldest ready"])
+    return EXIT_OK
+
+
+def cmd_tokens_list(ctx: Context) -> int:
+    filters = {
+        key.removeprefix("filter_"): value
+        for key, value in vars(ctx.args).items()
+        if key.startswith("filter_") and value is not None
+    }
+    tokens = list(ctx.client().iter_tokens(**filters))
+    if ctx.out.as_json:
+        ctx.out.json(tokens)
+        return EXIT_OK
+    rows = [
+        [t.get("id"), t.get("name"), t.get("username"), t.get("created"),
+         t.get("expiry") or "never", t.get("last_used_at") or "never"]
+        for t in tokens
+    ]  # fmt: skip
+    ctx.out.table(rows, ["id", "name", "user", "created", "expires", "last used"])
+    return EXIT_OK
+
+
+def write_secret_file(name: str, text: str) -> Path:
+    """Write `text` to a new or truncated file only its owner may read (0600)."""
+    path = Path(name).expanduser()
+    fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)
+    with os.fdopen(fd, "w") as handle:
+        handle.write(text + "\n")
+    os.chmod(path, 0o600)
+    return path
+
+
+def cmd_tokens_create(ctx: Context) -> int:
+    args = ctx.args
+    created = ctx.client().create_token(
+        args.name, expires_in_days=args.expires_in_days, never_expires=args.no_expiry
+    )
+    key = created.pop("token")
+    if args.output:
+        write_secret_file(args.output, key)
+    elif not ctx.out.as_json:
+        ctx.out.line(key)
+    if ctx.out.as_json:
+        ctx.out.json(created if args.output else {"token": key, **created})
+        return EXIT_OK
+    expiry = created.get("expiry") or "never"
+    where = f"written to {args.output}" if args.output else "shown above"
+    ctx.out.error(
+        f"Created token {created.get('name')!r} (id {created.get('id')}, expires {expiry}); "
+        f"its key is {where} and cannot be shown again."
+    )
+    return EXIT_OK
+
+
+def cmd_tokens_revoke(ctx: Context) -> int:
+    ctx.client().delete_token(ctx.args.id)
+    if ctx.out.as_json:
+        ctx.out.json({"revoked": ctx.args.id})
+    else:
+        ctx.out.line(f"Revoked token {ctx.args.id}")
     return EXIT_OK
 
 

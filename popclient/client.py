@@ -115,6 +115,13 @@ def _clean(fields: Mapping[str, Any]) -> dict[str, Any]:
     return {key: value for key, value in fields.items() if value is not None}
 
 
+def _token_fields(name: str | None, expires_in_days: int | None, never_expires: bool) -> dict:
+    body: dict[str, Any] = _clean({"name": name, "expires_in_days": expires_in_days})
+    if never_expires:
+        body["expires_in_days"] = None
+    return body
+
+
 class PopClient:
     """Client for one POP server.
 
@@ -282,12 +289,13 @@ class PopClient:
 
     # -- authentication -----------------------------------------------------------------
 
-    def obtain_token(self, username: str, password: str) -> str:
-        """Exchange a username and password for an API token (and use it from now on)."""
+    def obtain_token(self, username: str, password: str, *, name: str | None = None) -> str:
+        """Exchange a username and password for a new API token named ``name`` (server
+        default ``login``) and use it from now on."""
         body = self.request(
             "POST",
             "auth/token/",
-            json={"username": username, "password": password},
+            json=_clean({"username": username, "password": password, "name": name}),
             authenticated=False,
         )
         token = body["token"]
@@ -545,14 +553,71 @@ class PopClient:
     def remove_member(self, customer_id: str, member_id: int | str) -> None:
         self._delete(f"customers/{customer_id}/members/{member_id}/")
 
-    def issue_token(self, customer_id: str, member_id: int | str) -> Any:
-        """A new API token for the member, replacing the old one: ``{token, username}``."""
-        return self._post(f"customers/{customer_id}/members/{member_id}/token/")
+    def issue_token(
+        self,
+        customer_id: str,
+        member_id: int | str,
+        *,
+        name: str | None = None,
+        expires_in_days: int | None = None,
+        never_expires: bool = False,
+    ) -> Any:
+        """A new API token for the member, replacing their token of the same name (server
+        default ``api``): ``{token, id, name, username, expiry, …}``; the key is shown once."""
+        body = _token_fields(name, expires_in_days, never_expires)
+        return self._post(f"customers/{customer_id}/members/{member_id}/token/", body)
 
     def revoke_token(self, customer_id: str, member_id: int | str) -> int:
-        """Delete the member's API token; returns how many were deleted (0 or 1)."""
+        """Revoke all of the member's API tokens; returns how many were revoked."""
         body = self.request("DELETE", f"customers/{customer_id}/members/{member_id}/token/")
         return int(body.get("revoked", 0)) if isinstance(body, dict) else 0
+
+    def list_member_tokens(self, customer_id: str, member_id: int | str) -> list[Any]:
+        """The member's API tokens (customer admin): names, expiry, last use; never keys."""
+        return self._get(f"customers/{customer_id}/members/{member_id}/tokens/")
+
+    def revoke_member_token(self, customer_id: str, member_id: int | str, token_id: str) -> None:
+        """Revoke one of the member's API tokens (customer admin)."""
+        self._delete(f"customers/{customer_id}/members/{member_id}/tokens/{token_id}/")
+
+    # -- audit trail ---------------------------------------------------------------------
+
+    def list_audit_events(self, **filters: Any) -> Any:
+        """One page of the audit trail, newest first (a customer's admin: that customer's;
+        staff: all). Filters: ``customer``, ``action``, ``user``, ``token_name``,
+        ``target_type``, ``target_id``, ``since``, ``until``."""
+        return self._get("audit-events/", **filters)
+
+    def iter_audit_events(self, **filters: Any) -> Iterator[dict[str, Any]]:
+        return self.paginate("audit-events/", **filters)
+
+    def get_audit_event(self, event_id: int | str) -> Any:
+        return self._get(f"audit-events/{event_id}/")
+
+    # -- your own API tokens ------------------------------------------------------------
+
+    def list_tokens(self, **filters: Any) -> Any:
+        """One page of your API tokens (staff: everyone's; filters ``user``, ``name``)."""
+        return self._get("tokens/", **filters)
+
+    def iter_tokens(self, **filters: Any) -> Iterator[dict[str, Any]]:
+        return self.paginate("tokens/", **filters)
+
+    def get_token(self, token_id: str) -> Any:
+        """One API token (yours; staff: anyone's), without its key."""
+        return self._get(f"tokens/{token_id}/")
+
+    def create_token(
+        self, name: str, *, expires_in_days: int | None = None, never_expires: bool = False
+    ) -> Any:
+        """A new API token of yours: ``{token, id, name, expiry, …}``; the key is shown once.
+
+        Without ``expires_in_days`` it lives the server's default lifetime."""
+        return self._post("tokens/", _token_fields(name, expires_in_days, never_expires))
+
+    def delete_token(self, token_id: str) -> None:
+        """Revoke one API token (yours; staff: anyone's)."""
+        self._delete(f"tokens/{token_id}/")
 
     # -- pullers (DESIGN §5.3, §5.4) ----------------------------------------------------
 

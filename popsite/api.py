@@ -1,6 +1,5 @@
 """Shared API plumbing: error mapping, parsing limits, schema, fields, scoped viewsets."""
 
-import io
 import re
 import uuid
 from collections.abc import Callable
@@ -8,7 +7,6 @@ from datetime import UTC
 from typing import Any
 
 import django_filters
-from django.conf import settings
 from django.core.exceptions import PermissionDenied as DjangoPermissionDenied
 from django.core.exceptions import RequestDataTooBig
 from django.core.exceptions import ValidationError as DjangoValidationError
@@ -21,7 +19,6 @@ from drf_spectacular.plumbing import is_serializer
 from drf_spectacular.types import OpenApiTypes
 from drf_spectacular.utils import OpenApiResponse, extend_schema_field
 from rest_framework import exceptions, serializers, status, views, viewsets
-from rest_framework.parsers import JSONParser
 from rest_framework.request import Request
 from rest_framework.response import Response
 from rest_framework.serializers import as_serializer_error
@@ -29,6 +26,10 @@ from rest_framework.views import exception_handler as drf_exception_handler
 
 from agendas.states import InvalidTransition
 from popsite.pagination import Pagination as Pagination  # re-export; see that module
+from popsite.parsers import LimitedJSONParser as LimitedJSONParser  # re-export
+from popsite.parsers import PayloadTooLarge as PayloadTooLarge  # re-export
+from popsite.parsers import body_limit
+from scheduling.callbacks import callback_url_refusal
 
 
 class Conflict(exceptions.APIException):
@@ -37,14 +38,15 @@ class Conflict(exceptions.APIException):
     default_code = "conflict"
 
 
-class PayloadTooLarge(exceptions.APIException):
-    status_code = status.HTTP_413_REQUEST_ENTITY_TOO_LARGE
-    default_detail = "The request body is larger than 1 MiB."
-    default_code = "payload_too_large"
+def printable_text(text: str) -> str:
+    """`text` with NUL and lone surrogates written as `\\u0000` escapes: an error message that
+    quotes the input (an unknown choice, a slug) must still encode as UTF-8."""
+    return UNSTORABLE_TEXT.sub(lambda found: f"\\u{ord(found.group()):04x}", text)
 
 
 def flatten_errors(detail: Any, prefix: str = "") -> dict[str, list[str]]:
-    """Turn DRF's nested error structure into `{"operations.2.name": [messages]}`."""
+    """Turn DRF's nested error structure into `{"operations.2.name": [messages]}` (messages
+    printable: see printable_text)."""
     if isinstance(detail, dict):
         flat: dict[str, list[str]] = {}
         for key, value in detail.items():
@@ -54,14 +56,15 @@ def flatten_errors(detail: Any, prefix: str = "") -> dict[str, list[str]]:
         return flat
     if isinstance(detail, list):
         if all(not isinstance(item, dict | list) for item in detail):
-            return {prefix or "non_field_errors": [str(item) for item in detail]} if detail else {}
+            messages = [printable_text(str(item)) for item in detail]
+            return {prefix or "non_field_errors": messages} if detail else {}
         flat = {}
         for index, item in enumerate(detail):
             path = f"{prefix}.{index}" if prefix else str(index)
             for field, messages in flatten_errors(item, path).items():
                 flat.setdefault(field, []).extend(messages)
         return flat
-    return {prefix or "non_field_errors": [str(detail)]}
+    return {prefix or "non_field_errors": [printable_text(str(detail))]}
 
 
 def validate_each(
@@ -108,26 +111,12 @@ def exception_handler(exc: Exception, context: dict) -> Response | None:
         exc = exceptions.ValidationError({"non_field_errors": [str(exc.detail)]})
     if isinstance(exc, exceptions.ValidationError):
         exc.detail = flatten_errors(exc.detail)
-    return drf_exception_handler(exc, context)
-
-
-def body_limit() -> int:
-    return settings.POP_MAX_BODY_BYTES
-
-
-class LimitedJSONParser(JSONParser):
-    """JSON parser that refuses bodies over the limit with 413.
-
-    DRF hands the raw WSGI stream to its parsers, so Django's DATA_UPLOAD_MAX_MEMORY_SIZE
-    (which guards `request.body` and form parsing) never sees a JSON body.
-    """
-
-    def parse(self, stream: Any, media_type: str | None = None, parser_context: Any = None) -> Any:
-        limit = body_limit()
-        data = stream.read(limit + 1)
-        if len(data) > limit:
-            raise PayloadTooLarge()
-        return super().parse(io.BytesIO(data), media_type, parser_context)
+    response = drf_exception_handler(exc, context)
+    if response is not None and isinstance(response.data, dict):
+        detail = response.data.get("detail")
+        if isinstance(detail, str):
+            response.data["detail"] = printable_text(detail)
+    return response
 
 
 # --- OpenAPI -------------------------------------------------------------------------------
@@ -203,21 +192,34 @@ CONFLICT_RESPONSE = OpenApiResponse(ConflictSerializer, "The state does not allo
 UNSTORABLE_TEXT = re.compile("[\x00\ud800-\udfff]")
 
 
+def unstorable_text_problem(value: Any) -> str | None:
+    """Why PostgreSQL cannot store `value` (a string, or JSON: keys and values at any depth):
+    text and jsonb hold neither NUL nor lone surrogates. None when it can.
+
+    Iterative, so a deep value never hits Python's recursion limit.
+    """
+    pending = [value]
+    while pending:
+        item = pending.pop()
+        if isinstance(item, str):
+            found = UNSTORABLE_TEXT.search(item)
+            if found:
+                return (
+                    f"Null and surrogate characters are not allowed (U+{ord(found.group()):04X})."
+                )
+        elif isinstance(item, dict):
+            pending.extend(item.keys())
+            pending.extend(item.values())
+        elif isinstance(item, list | tuple):
+            pending.extend(item)
+    return None
+
+
 def reject_unstorable_text(value: Any) -> None:
-    """PostgreSQL text and jsonb hold neither NUL nor lone surrogates: refuse them as 400s."""
-    if isinstance(value, str):
-        found = UNSTORABLE_TEXT.search(value)
-        if found:
-            raise serializers.ValidationError(
-                f"Null and surrogate characters are not allowed (U+{ord(found.group()):04X})."
-            )
-    elif isinstance(value, dict):
-        for key, item in value.items():
-            reject_unstorable_text(key)
-            reject_unstorable_text(item)
-    elif isinstance(value, list):
-        for item in value:
-            reject_unstorable_text(item)
+    """Refuse text PostgreSQL cannot store (NUL, lone surrogates) as a 400 of the field."""
+    problem = unstorable_text_problem(value)
+    if problem:
+        raise serializers.ValidationError(problem)
 
 
 @extend_schema_field(OpenApiTypes.ANY)
@@ -247,12 +249,23 @@ class JSONObjectField(JSONValueField):
     {"anyOf": [{"type": "string", "format": "uri"}, {"type": "string", "maxLength": 0}]}
 )
 class OptionalURLField(serializers.URLField):
-    """A URL, or "" for none (the models store blank, not null)."""
+    """A callback URL, or "" for none (the models store blank, not null).
+
+    Refused as delivery would refuse it (`scheduling.callbacks.callback_url_refusal`): not
+    http(s), user-info or a backslash, or a non-public address written in it.
+    """
 
     def __init__(self, **kwargs: Any) -> None:
         kwargs.setdefault("allow_blank", True)
         kwargs.setdefault("max_length", 1000)
         super().__init__(**kwargs)
+
+    def to_internal_value(self, data: Any) -> str:
+        value = super().to_internal_value(data)
+        refusal = callback_url_refusal(value) if value else None
+        if refusal is not None:
+            raise serializers.ValidationError(refusal)
+        return value
 
 
 @extend_schema_field(OpenApiTypes.STR)
@@ -276,7 +289,7 @@ class ScopedRelatedField(serializers.Field):
         super().__init__(**kwargs)
 
     def to_internal_value(self, data: Any) -> Model:
-        if not isinstance(data, str) or "\x00" in data or len(data) > 200:
+        if not isinstance(data, str) or UNSTORABLE_TEXT.search(data) or len(data) > 200:
             self.fail("invalid", slug=" or slug" if self.slug_field else "")
         request = self.context.get("request")
         rows = self.selector(principal=getattr(request, "user", None))

@@ -3,6 +3,7 @@
 from django.urls import include, path, re_path
 from rest_framework.routers import DefaultRouter
 
+from accounts.api.views import ApiTokenViewSet
 from agendas.api.views import (
     AgendaProgressViewSet,
     AgendaTemplateViewSet,
@@ -10,6 +11,7 @@ from agendas.api.views import (
     OperationProgressViewSet,
     ProgressSummaryView,
 )
+from audit.api.views import AuditEventViewSet
 from popsite.api import api_not_found
 from resourcepools.api.views import (
     AuthTokenView,
@@ -31,6 +33,7 @@ class Router(DefaultRouter):
 
 
 router = Router()
+router.register("tokens", ApiTokenViewSet, basename="api-token")
 router.register("customers", CustomerViewSet, basename="customer")
 router.register(
     r"customers/(?P<customer_pk>[^/.]+)/members", MembershipViewSet, basename="membership"
@@ -45,6 +48,7 @@ router.register("schedules", ScheduleViewSet, basename="schedule")
 router.register("callback-deliveries", CallbackDeliveryViewSet, basename="callback-delivery")
 router.register("queues", QueueViewSet, basename="queue")
 router.register("alerts", AlertViewSet, basename="alert")
+router.register("audit-events", AuditEventViewSet, basename="audit-event")
 
 urlpatterns = [
     path("auth/token/", AuthTokenView.as_view(), name="auth-token"),

@@ -4,14 +4,17 @@ from dataclasses import dataclass, field
 
 from django.contrib.auth import get_user_model
 from django.db import transaction
-from rest_framework.authtoken.models import Token
 
+from accounts.models import ApiToken
+from accounts.selectors import token_for_key
+from accounts.services import token_issue
 from agendas.models import Agenda, AgendaTemplate
 from agendas.services import agenda_submit, template_run
 from resourcepools.models import Customer, Insight, Membership, ResourcePool
 from scheduling.models import Schedule
 
 DEMO_PASSWORD = "pop-demo-password"
+DEMO_WORKER_TOKEN_NAME = "demo-worker"
 CUSTOMERS = [("acme", "Acme Media", 1), ("globex", "Globex Studios", 2), ("initech", "Initech", 1)]
 MEDIA_TEMPLATE = {
     "operations": [
@@ -39,9 +42,22 @@ class DemoSummary:
     agendas_created: int = 0
 
 
+def _demo_worker_token(worker, previous: str) -> str:
+    """The demo worker's key: `previous` while it still works, else a fresh one (the old
+    demo tokens revoked). Keys are stored hashed, so a lost key cannot be shown again."""
+    token = token_for_key(previous) if previous else None
+    if token is not None and token.user_id == worker.pk:
+        return previous
+    ApiToken.objects.filter(user=worker, name=DEMO_WORKER_TOKEN_NAME).delete()
+    return token_issue(principal=None, user=worker, name=DEMO_WORKER_TOKEN_NAME, lifetime=None).key
+
+
 @transaction.atomic
-def demo_load() -> DemoSummary:
-    """Create the demo pool, insights, customers, users, templates, a schedule and agendas."""
+def demo_load(worker_token: str = "") -> DemoSummary:
+    """Create the demo pool, insights, customers, users, templates, a schedule and agendas.
+
+    `worker_token` is the demo worker's key from an earlier run, kept while it still works.
+    """
     summary = DemoSummary()
     users = get_user_model()
     operator_customer, _ = Customer.objects.get_or_create(
@@ -87,7 +103,7 @@ def demo_load() -> DemoSummary:
     Membership.objects.get_or_create(
         user=worker, customer=operator_customer, defaults={"role": Membership.Role.WORKER}
     )
-    summary.worker_token = Token.objects.get_or_create(user=worker)[0].key
+    summary.worker_token = _demo_worker_token(worker, worker_token)
     operator_customer.resource_pool = pool
     operator_customer.save(update_fields=["resource_pool"])
     for slug, name, weight in CUSTOMERS:

@@ -2,6 +2,7 @@
 
 from django.urls import path
 
+from audit import views as audit_views
 from popsite import views
 
 app_name = "pages"
@@ -22,4 +23,5 @@ urlpatterns = [
         name="schedule-action",
     ),
     path("progress/", views.progress, name="progress"),
+    path("audit/", audit_views.event_list, name="audit"),
 ]

@@ -34,15 +34,19 @@ INSTALLED_APPS = [
     "whitenoise.runserver_nostatic",
     "django.contrib.staticfiles",
     "rest_framework",
+    # Kept for accounts' migration that moves its plain-text keys into accounts.ApiToken.
     "rest_framework.authtoken",
+    "knox",
     "django_filters",
     "drf_spectacular",
     "drf_spectacular_sidecar",
     "django_q",
+    "accounts",
     "popsite",
     "resourcepools",
     "agendas",
     "scheduling",
+    "audit",
 ]
 
 MIDDLEWARE = [
@@ -53,8 +57,12 @@ MIDDLEWARE = [
     "django.middleware.common.CommonMiddleware",
     "django.middleware.csrf.CsrfViewMiddleware",
     "django.contrib.auth.middleware.AuthenticationMiddleware",
+    "audit.middleware.AuditRequestMiddleware",
     "django.contrib.messages.middleware.MessageMiddleware",
     "django.middleware.clickjacking.XFrameOptionsMiddleware",
+    "csp.middleware.CSPMiddleware",
+    # Last: turns a login refused by django-axes into the lockout answer (popsite/login_lockout.py).
+    "axes.middleware.AxesMiddleware",
 ]
 
 ROOT_URLCONF = "popsite.urls"
@@ -115,13 +123,25 @@ LOGOUT_REDIRECT_URL = "login"
 # Request bodies above 1 MiB are refused with 413 (DESIGN §4.2).
 POP_MAX_BODY_BYTES = env.int("POP_MAX_BODY_BYTES", default=1024 * 1024)
 DATA_UPLOAD_MAX_MEMORY_SIZE = POP_MAX_BODY_BYTES
+# JSON bodies nested deeper than this are refused with 400 before they are parsed.
+POP_MAX_JSON_DEPTH = env.int("POP_MAX_JSON_DEPTH", default=64)
 
 EMAIL_BACKEND = env.str("EMAIL_BACKEND", default="django.core.mail.backends.console.EmailBackend")
 DEFAULT_FROM_EMAIL = env.str("DEFAULT_FROM_EMAIL", default="pop@localhost")
 
+# API tokens (accounts.ApiToken, django-rest-knox): only their hash is stored. A new token
+# lives this many days unless its creator says otherwise; 0: no expiry by default.
+POP_TOKEN_TTL_DAYS = env.int("POP_TOKEN_TTL_DAYS", default=90)
+KNOX_TOKEN_MODEL = "accounts.ApiToken"
+REST_KNOX = {"TOKEN_MODEL": KNOX_TOKEN_MODEL, "AUTH_HEADER_PREFIX": "Token"}
+# knox's own AuthToken is swapped out for accounts.ApiToken, but knox's migrations would still
+# create its table (one that `flush` then cannot truncate: it references auth_user). Without
+# migrations, the swapped model gets no table at all.
+MIGRATION_MODULES = {"knox": None}
+
 REST_FRAMEWORK = {
     "DEFAULT_AUTHENTICATION_CLASSES": [
-        "rest_framework.authentication.TokenAuthentication",
+        "accounts.authentication.ApiTokenAuthentication",
         "rest_framework.authentication.SessionAuthentication",
     ],
     "DEFAULT_PERMISSION_CLASSES": ["rest_framework.permissions.IsAuthenticated"],
@@ -131,6 +151,7 @@ REST_FRAMEWORK = {
     ],
     "DEFAULT_PAGINATION_CLASS": "popsite.pagination.Pagination",
     "DEFAULT_SCHEMA_CLASS": "drf_spectacular.openapi.AutoSchema",
+    "DEFAULT_PARSER_CLASSES": ["popsite.parsers.LimitedJSONParser"],
     "EXCEPTION_HANDLER": "popsite.api.exception_handler",
     "DEFAULT_THROTTLE_CLASSES": [
         "rest_framework.throttling.AnonRateThrottle",
@@ -156,6 +177,97 @@ SPECTACULAR_SETTINGS = {
     "ENUM_NAME_OVERRIDES": {
         "AgendaStateEnum": "agendas.models.AgendaProgress.State",
         "OperationStateEnum": "agendas.models.OperationProgress.State",
+    },
+}
+
+# --- Proxies, caches, login throttling ----------------------------------------------------
+# How many reverse proxies in front of the web nodes append to X-Forwarded-For. 0 (default):
+# the header is ignored and the client is REMOTE_ADDR, so a caller cannot pick its own address
+# for the throttles and the login lockout; N: the N-th address from the right is the client,
+# and X-Forwarded-Proto from the proxy says whether the request came over HTTPS.
+POP_NUM_PROXIES = env.int("POP_NUM_PROXIES", default=0)
+if POP_NUM_PROXIES < 0:
+    raise ImproperlyConfigured("POP_NUM_PROXIES must be 0 or more")
+REST_FRAMEWORK["NUM_PROXIES"] = POP_NUM_PROXIES
+if POP_NUM_PROXIES:
+    SECURE_PROXY_SSL_HEADER = ("HTTP_X_FORWARDED_PROTO", "https")
+
+# Throttle counters must be shared by every process and node: a database table by default
+# (created by popsite/migrations/0001_cache_table.py), Redis when POP_CACHE_URL names one.
+POP_CACHE_TABLE = "pop_cache"
+POP_CACHE_URL = env.str("POP_CACHE_URL", default="")
+if POP_CACHE_URL.startswith(("redis://", "rediss://", "unix://")):
+    CACHES = {
+        "default": {
+            "BACKEND": "django.core.cache.backends.redis.RedisCache",
+            "LOCATION": POP_CACHE_URL,
+        }
+    }
+elif POP_CACHE_URL:
+    raise ImproperlyConfigured("POP_CACHE_URL must be a redis:// or rediss:// URL (or empty)")
+else:
+    CACHES = {
+        "default": {
+            "BACKEND": "django.core.cache.backends.db.DatabaseCache",
+            "LOCATION": POP_CACHE_TABLE,
+        }
+    }
+
+# Failed logins (POST /api/v1/auth/token/, /accounts/login/, /admin/login/) are counted by
+# django-axes in the database, per username and per client address separately: either one
+# reaching the limit refuses further attempts until the cool-off has passed.
+INSTALLED_APPS += ["axes", "csp"]
+AUTHENTICATION_BACKENDS = [
+    "axes.backends.AxesStandaloneBackend",
+    "django.contrib.auth.backends.ModelBackend",
+]
+AXES_FAILURE_LIMIT = env.int("POP_LOGIN_FAILURE_LIMIT", default=5)
+POP_LOGIN_COOLOFF_MINUTES = env.float("POP_LOGIN_COOLOFF_MINUTES", default=15.0)
+AXES_COOLOFF_TIME = POP_LOGIN_COOLOFF_MINUTES / 60  # hours
+AXES_LOCKOUT_PARAMETERS = ["username", "ip_address"]
+AXES_CLIENT_IP_CALLABLE = "popsite.client_ip.client_ip"
+AXES_LOCKOUT_CALLABLE = "popsite.login_lockout.lockout_response"
+AXES_HTTP_RESPONSE_CODE = 429
+AXES_RESET_ON_SUCCESS = False  # a caller's own good login must not clear its address's count
+AXES_VERBOSE = False
+AXES_ENABLE_ACCESS_FAILURE_LOG = True  # each failure, for the operator in the admin
+
+# --- HTTPS and browser security headers (`manage.py check --deploy`) ------------------------
+# POP_TLS_UPSTREAM=true: the site is served over HTTPS (TLS ends at the load balancer or at
+# gunicorn). With DEBUG off, that turns on secure cookies, the redirect to HTTPS and HSTS;
+# each can be set on its own.
+POP_TLS_UPSTREAM = env.bool("POP_TLS_UPSTREAM", default=False)
+_https = POP_TLS_UPSTREAM and not DEBUG
+SESSION_COOKIE_SECURE = CSRF_COOKIE_SECURE = env.bool("POP_SECURE_COOKIES", default=_https)
+SECURE_SSL_REDIRECT = env.bool("POP_SSL_REDIRECT", default=_https)
+# Probes and scrapers talk to the pods directly over HTTP.
+SECURE_REDIRECT_EXEMPT = [r"^healthz$", r"^readyz$", r"^metrics$"]
+SECURE_HSTS_SECONDS = env.int("POP_HSTS_SECONDS", default=31536000 if _https else 0)
+SECURE_HSTS_INCLUDE_SUBDOMAINS = env.bool("POP_HSTS_INCLUDE_SUBDOMAINS", default=_https)
+SECURE_HSTS_PRELOAD = env.bool("POP_HSTS_PRELOAD", default=_https)
+if SECURE_SSL_REDIRECT and POP_TLS_UPSTREAM and not POP_NUM_PROXIES:
+    raise ImproperlyConfigured(
+        "POP_TLS_UPSTREAM with the HTTPS redirect needs POP_NUM_PROXIES >= 1: without a "
+        "trusted X-Forwarded-Proto every request looks like plain HTTP and redirects forever"
+    )
+X_FRAME_OPTIONS = "DENY"
+
+# Content-Security-Policy (django-csp): scripts only from our own static files, never inline.
+# Inline style *attributes* stay allowed (progress bar widths, chart sizes); the API docs
+# pages widen the policy for their own bundles in popsite/urls.py.
+CONTENT_SECURITY_POLICY = {
+    "DIRECTIVES": {
+        "default-src": ["'self'"],
+        "script-src": ["'self'"],
+        "style-src": ["'self'"],
+        "style-src-attr": ["'unsafe-inline'"],
+        "img-src": ["'self'", "data:"],
+        "font-src": ["'self'"],
+        "connect-src": ["'self'"],
+        "object-src": ["'none'"],
+        "base-uri": ["'self'"],
+        "form-action": ["'self'"],
+        "frame-ancestors": ["'none'"],
     },
 }
 
@@ -191,8 +303,12 @@ POP_FILL_NUDGE_MIN_INTERVAL = env.float("POP_FILL_NUDGE_MIN_INTERVAL", default=0
 POP_TICKER_LINK_SECONDS = env.float("POP_TICKER_LINK_SECONDS", default=10.0)
 # First pause between long-poll checks of a pull; doubles up to 0.5 s.
 POP_PULL_POLL_SECONDS = env.float("POP_PULL_POLL_SECONDS", default=0.05)
-# When set, GET /metrics wants `Authorization: Bearer <token>`.
+# When set, GET /metrics wants `Authorization: Bearer <token>`. Unset, /metrics answers 401
+# unless DEBUG or POP_METRICS_PUBLIC=true (an explicit opt-in, e.g. for a demo).
 POP_METRICS_TOKEN = env.str("POP_METRICS_TOKEN", default="")
+POP_METRICS_PUBLIC = env.bool("POP_METRICS_PUBLIC", default=False)
+# Label the queue levels per customer too (names every customer to whoever scrapes).
+POP_METRICS_PER_CUSTOMER = env.bool("POP_METRICS_PER_CUSTOMER", default=False)
 
 Q_CLUSTER = {
     "name": "pop",

@@ -41,6 +41,7 @@ from agendas.services import (
 )
 from agendas.states import TERMINAL, InvalidTransition
 from agendas.validation import operation_dependencies
+from popsite.api import unstorable_text_problem
 from popsite.dashboard_selectors import (
     THROUGHPUT_MINUTES,
     CustomerShare,
@@ -48,6 +49,7 @@ from popsite.dashboard_selectors import (
     overview_get,
     pools_overview,
 )
+from popsite.parsers import json_loads_limited
 from resourcepools.models import Customer, Membership
 from resourcepools.selectors import customer_list, has_role, insight_list, principal_is_staff
 from scheduling.api.selectors import schedule_list
@@ -593,11 +595,17 @@ class TemplateRunForm(forms.Form):
     def clean_payload(self) -> Any:
         text = self.cleaned_data.get("payload", "").strip() or "{}"
         try:
-            return json.loads(text)
+            payload = json_loads_limited(text)
         except json.JSONDecodeError as error:
             raise forms.ValidationError(
                 f"Not valid JSON: {error.msg} (line {error.lineno}, column {error.colno})."
             ) from error
+        except ValueError as error:  # nested too deep, NaN or Infinity
+            raise forms.ValidationError(f"Not usable JSON: {error}") from error
+        problem = unstorable_text_problem(payload)
+        if problem:
+            raise forms.ValidationError(problem)
+        return payload
 
     def add_service_errors(self, error: ValidationError) -> None:
         """Put the service's `{field.path: [messages]}` next to the matching form field."""
@@ -809,9 +817,21 @@ def schedule_action(request: HttpRequest, schedule_id: object, action: str) -> H
 STATE_ORDER = [value for value, _ in State.choices]
 
 
+class ProgressForm(forms.Form):
+    link_id = forms.CharField(label="Link id", max_length=255, strip=True)
+
+
 @login_required
 def progress(request: HttpRequest) -> HttpResponse:
     link_id = request.GET.get("link_id", "").strip()
+    status = 200
+    if link_id:
+        form = ProgressForm(request.GET)
+        if not form.is_valid():
+            # NUL, or longer than any stored link id: a 400 naming the field, not a query.
+            for error in form.errors["link_id"]:
+                messages.error(request, f"Link id: {error}")
+            link_id, status = "", 400
     summary = progress_summary(principal=request.user, link_id=link_id) if link_id else None
     counts = []
     if summary:
@@ -829,4 +849,4 @@ def progress(request: HttpRequest) -> HttpResponse:
         "shown": PROGRESS_AGENDAS_SHOWN,
         "agendas_url": f"{reverse('pages:agendas')}?{urlencode({'link_id': link_id})}",
     }
-    return render(request, "pages/progress.html", context)
+    return render(request, "pages/progress.html", context, status=status)

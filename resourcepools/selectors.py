@@ -2,7 +2,7 @@
 
 from django.contrib.auth.models import AbstractBaseUser, AnonymousUser
 from django.core.exceptions import PermissionDenied
-from django.db.models import Q, QuerySet
+from django.db.models import Exists, OuterRef, Q, QuerySet, Value
 
 from resourcepools.mapping import InsightCandidate
 from resourcepools.models import Customer, Insight, Membership, ResourcePool
@@ -65,11 +65,31 @@ def customer_list(*, principal: Principal) -> QuerySet[Customer]:
 
 
 def membership_list(*, principal: Principal) -> QuerySet[Membership]:
-    """Memberships of the customers the principal administers (staff: all)."""
+    """Memberships of the customers the principal administers (staff: all).
+
+    Each row carries `email_hidden`: true when its user also belongs to a customer the
+    principal does not administer, whose user's e-mail is not the principal's to read.
+    """
     memberships = Membership.objects.select_related("user", "customer")
     if principal_is_staff(principal):
-        return memberships
-    return memberships.filter(customer_id__in=customer_ids_with_role(principal, Role.ADMIN))
+        return memberships.annotate(email_hidden=Value(False))
+    administered = customer_ids_with_role(principal, Role.ADMIN)
+    elsewhere = Membership.objects.filter(user_id=OuterRef("user_id")).exclude(
+        customer_id__in=administered
+    )
+    return memberships.filter(customer_id__in=administered).annotate(email_hidden=Exists(elsewhere))
+
+
+def insight_sharing_customers(*, principal: Principal) -> QuerySet[Customer]:
+    """Customers the principal may name in an insight's `allowed_customers`: all for staff;
+    else its own customers and the customers of pools they own (the service narrows that to
+    the insight's pool)."""
+    if principal_is_staff(principal):
+        return Customer.objects.all()
+    customer_ids = list(membership_roles(principal))
+    return Customer.objects.filter(
+        Q(pk__in=customer_ids) | Q(resource_pool__owner_id__in=customer_ids)
+    )
 
 
 def resource_pool_list(*, principal: Principal) -> QuerySet[ResourcePool]:

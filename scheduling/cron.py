@@ -98,13 +98,25 @@ def runs_after(expression: str, zone_name: str, after: datetime) -> Iterator[dat
     """Every fire time strictly after `after` in order, as aware UTC datetimes.
 
     Raises CronError (on the first `next()`) for an invalid expression or zone, or one that
-    never fires.
+    never fires; also when the next run would lie past the end of year 9999, where Python's
+    datetimes end (croniter and the zone arithmetic raise OverflowError or ValueError there).
     """
     errors = cron_errors(expression)
     if errors:
         raise CronError(errors[0])
     if after.tzinfo is None:
         raise ValueError("`after` must be an aware datetime")
+    try:
+        yield from _runs_after(expression, zone_name, after)
+    except CronError:
+        raise
+    except (OverflowError, ValueError) as error:
+        raise CronError(
+            f"{expression!r} has no run time after {after.isoformat()} before the year 10000."
+        ) from error
+
+
+def _runs_after(expression: str, zone_name: str, after: datetime) -> Iterator[datetime]:
     zone = zone_of(zone_name)
     text = expand_cron(expression)
     every_hour = text.split(" ")[1] == "*"

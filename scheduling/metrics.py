@@ -1,9 +1,10 @@
 """Prometheus series of DESIGN §7.
 
 Two kinds:
-- Levels (ready / queued / executing per insight and customer, oldest ready age, callback
-  outbox by status) are read from the database at scrape time by `DatabaseCollector`, so
-  every web node reports the same truth whichever process did the work.
+- Levels (ready / queued / executing per insight, per customer too with
+  POP_METRICS_PER_CUSTOMER; oldest ready age, callback outbox by status) are read from the
+  database at scrape time by `DatabaseCollector`, so every web node reports the same truth
+  whichever process did the work.
 - Events (fills, pulls, pull latency, reports, outcomes, reclaims, callback outcomes) are
   counted in the process where they happen. With several processes (gunicorn workers, the
   django-q2 cluster) set `PROMETHEUS_MULTIPROC_DIR` and prometheus-client's multiprocess
@@ -13,6 +14,7 @@ Two kinds:
 import os
 from collections.abc import Iterator
 
+from django.conf import settings
 from django.db.models import Count, Min
 from django.utils import timezone
 from prometheus_client import CollectorRegistry, Counter, Histogram
@@ -44,12 +46,18 @@ CALLBACKS = Counter("pop_callbacks_total", "Callback delivery attempts by outcom
 
 
 class DatabaseCollector(Collector):
-    """Queue levels per insight and customer, read at scrape time (a few grouped queries)."""
+    """Queue levels per insight, read at scrape time (a few grouped queries).
+
+    Per customer too only with POP_METRICS_PER_CUSTOMER=true: the `customer` label names every
+    customer of the service to whoever can scrape, so by default the levels sum over customers.
+    """
 
     def collect(self) -> Iterator[Metric]:
+        per_customer = bool(getattr(settings, "POP_METRICS_PER_CUSTOMER", False))
         insight_rows = list(Insight.objects.values_list("pk", "name", "queue_size"))
         insights = {pk: name for pk, name, _ in insight_rows}
-        customers = dict(Customer.objects.values_list("pk", "slug"))
+        customers = dict(Customer.objects.values_list("pk", "slug")) if per_customer else {}
+        group_by = ("insight_id", "customer_id") if per_customer else ("insight_id",)
 
         def label(mapping: dict, key: object) -> str:
             return str(mapping.get(key, key))
@@ -58,30 +66,31 @@ class DatabaseCollector(Collector):
             (
                 "pop_ready_agendas",
                 "Agendas ready and waiting for a fill.",
-                ReadyAgenda.objects.values_list("insight_id", "customer_id").annotate(
-                    n=Count("pk")
-                ),
+                ReadyAgenda.objects.values_list(*group_by).annotate(n=Count("pk")),
             ),
             (
                 "pop_queued_agendas",
                 "Agendas queued in an insight, waiting for a puller.",
-                QueuedAgenda.objects.values_list("insight_id", "customer_id").annotate(
-                    n=Count("pk")
-                ),
+                QueuedAgenda.objects.values_list(*group_by).annotate(n=Count("pk")),
             ),
             (
                 "pop_executing_agendas",
                 "Agendas leased to a worker (open executions).",
                 Execution.objects.filter(outcome__isnull=True)
-                .values_list("insight_id", "customer_id")
+                .values_list(*group_by)
                 .annotate(n=Count("pk")),
             ),
         ):
-            family = GaugeMetricFamily(name, help_text, labels=["insight", "customer"])
-            for insight_id, customer_id, count in rows.order_by():
-                family.add_metric(
-                    [label(insights, insight_id), label(customers, customer_id)], count
-                )
+            if per_customer:
+                family = GaugeMetricFamily(name, help_text, labels=["insight", "customer"])
+                for insight_id, customer_id, count in rows.order_by():
+                    family.add_metric(
+                        [label(insights, insight_id), label(customers, customer_id)], count
+                    )
+            else:
+                family = GaugeMetricFamily(name, help_text, labels=["insight"])
+                for insight_id, count in rows.order_by():
+                    family.add_metric([label(insights, insight_id)], count)
             yield family
 
         size = GaugeMetricFamily("pop_queue_size", "Configured queue depth.", labels=["insight"])

@@ -1,5 +1,6 @@
 """Operational endpoints at the site root: GET /metrics, /healthz, /readyz (DESIGN §7)."""
 
+import hmac
 from datetime import timedelta
 
 from django.conf import settings
@@ -15,12 +16,27 @@ from scheduling.metrics import registry
 from scheduling.schedules import TICKER_FUNC
 
 
+def _metrics_allowed(request: HttpRequest) -> bool:
+    """With POP_METRICS_TOKEN set, only `Authorization: Bearer <token>`; without it, only in
+    DEBUG or with the explicit POP_METRICS_PUBLIC=true opt-in (closed by default)."""
+    token = getattr(settings, "POP_METRICS_TOKEN", "")
+    if token:
+        given = request.headers.get("Authorization", "")
+        return hmac.compare_digest(given.encode(), f"Bearer {token}".encode())
+    return bool(settings.DEBUG or getattr(settings, "POP_METRICS_PUBLIC", False))
+
+
 @require_GET
 def metrics_view(request: HttpRequest) -> HttpResponse:
-    """Prometheus text format; with POP_METRICS_TOKEN set, only for `Authorization: Bearer …`."""
-    token = getattr(settings, "POP_METRICS_TOKEN", "")
-    if token and request.headers.get("Authorization", "") != f"Bearer {token}":
-        return HttpResponse("metrics token required\n", status=401, content_type="text/plain")
+    """Prometheus text format, for the bearer of POP_METRICS_TOKEN (see `_metrics_allowed`)."""
+    if not _metrics_allowed(request):
+        response = HttpResponse(
+            "metrics token required (set POP_METRICS_TOKEN and send it as a Bearer token)\n",
+            status=401,
+            content_type="text/plain",
+        )
+        response["WWW-Authenticate"] = 'Bearer realm="metrics"'
+        return response
     return HttpResponse(generate_latest(registry()), content_type=CONTENT_TYPE_LATEST)
 
 

@@ -15,6 +15,7 @@ from django.utils import timezone
 from agendas.models import Agenda, AgendaTemplate
 from agendas.services import template_expand, template_is_usable_by, template_run
 from agendas.states import TERMINAL, InvalidTransition
+from audit.services import audit_record
 from resourcepools.models import Customer, Membership
 from resourcepools.selectors import Principal, require_role
 from resourcepools.services import acting_customer
@@ -47,11 +48,24 @@ def schedule_next_run(
     }
     if errors:
         raise ValidationError(errors)
-    return cron.next_run(cron_expression, zone_name, after, not_before=not_before)
+    try:
+        return cron.next_run(cron_expression, zone_name, after, not_before=not_before)
+    except cron.CronError as error:  # no run before datetime's end, year 9999
+        field = "start_at" if not_before is not None and not_before > after else "cron"
+        raise ValidationError({field: [str(error)]}) from error
+
+
+# Python's datetimes end with year 9999, and the cron arithmetic looks ahead of start_at and
+# end_at: moments that late are input errors (400), never an OverflowError (500).
+LAST_YEAR = 8999
 
 
 def _check(schedule: Schedule) -> None:
-    errors: dict[str, list[str]] = {}
+    errors: dict[str, list[str]] = {
+        field: [f"Must be in the year {LAST_YEAR} or earlier."]
+        for field in ("start_at", "end_at")
+        if getattr(schedule, field) is not None and getattr(schedule, field).year > LAST_YEAR
+    }
     if schedule.start_at and schedule.end_at and schedule.end_at <= schedule.start_at:
         errors["end_at"] = ["Must be after start_at."]
     if not template_is_usable_by(schedule.template, schedule.customer):
@@ -109,6 +123,7 @@ def schedule_create(
     schedule = Schedule(customer=customer, template=template, cid=cid, **fields)
     schedule_validate(schedule)
     _save(schedule, None)
+    audit_record(action="schedule.create", target=schedule, detail={"name": schedule.name})
     return schedule
 
 
@@ -122,6 +137,7 @@ def schedule_update(*, principal: Principal | None, schedule: Schedule, **fields
         setattr(schedule, name, value)
     schedule_validate(schedule)
     _save(schedule, [*fields, "next_run_at", "updated_at"])
+    audit_record(action="schedule.update", target=schedule, detail={"fields": sorted(fields)})
     return schedule
 
 
@@ -138,6 +154,7 @@ def schedule_save_checked(schedule: Schedule) -> Schedule:
 def schedule_delete(*, principal: Principal | None, schedule: Schedule) -> None:
     """Delete a schedule (its customer's admin); its agendas stay."""
     require_role(principal, schedule.customer_id, Role.ADMIN)
+    audit_record(action="schedule.delete", target=schedule, detail={"name": schedule.name})
     schedule.delete()
 
 
@@ -157,6 +174,7 @@ def schedule_pause(*, principal: Principal | None, schedule: Schedule) -> Schedu
         )
     Schedule.objects.filter(pk=schedule.pk).update(state=State.PAUSED, updated_at=timezone.now())
     schedule.refresh_from_db()
+    audit_record(action="schedule.pause", target=schedule)
     return schedule
 
 
@@ -183,6 +201,7 @@ def schedule_resume(*, principal: Principal | None, schedule: Schedule) -> Sched
         state=State.ACTIVE, next_run_at=schedule.next_run_at, updated_at=timezone.now()
     )
     schedule.refresh_from_db()
+    audit_record(action="schedule.resume", target=schedule)
     return schedule
 
 
@@ -229,4 +248,5 @@ def schedule_trigger(*, principal: Principal | None, schedule: Schedule, cid: st
     Schedule.objects.filter(pk=schedule.pk).update(
         last_run_at=timezone.now(), updated_at=timezone.now()
     )
+    audit_record(action="schedule.trigger", target=schedule, detail={"agenda": agenda.pk})
     return agenda

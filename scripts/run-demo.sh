@@ -38,9 +38,9 @@ for _ in $(seq 1 50); do
     curl -fs "$URL/healthz" >/dev/null 2>&1 && break
     sleep 0.2
 done
-TOKEN="$(cat run/demo-worker.token)"
+# The worker reads its token from the file: a token in argv would show in `ps`.
 for insight in mediainfo transcode; do
-    .venv/bin/pop worker --url "$URL" --token "$TOKEN" --insight "$insight" \
+    .venv/bin/pop worker --url "$URL" --token-file run/demo-worker.token --insight "$insight" \
         --name "demo-$insight" >"run/worker-$insight.log" 2>&1 &
     pids+=($!)
 done

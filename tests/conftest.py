@@ -3,9 +3,9 @@
 from dataclasses import dataclass
 
 import pytest
-from rest_framework.authtoken.models import Token
 from rest_framework.test import APIClient
 
+from accounts.services import token_issue
 from agendas import states
 from agendas.services import agenda_submit
 from resourcepools.models import Customer, Insight, Membership
@@ -135,14 +135,15 @@ def submit_agenda(operations, insight):
 
 @pytest.fixture
 def api_client_for(db):
-    """An APIClient authenticated with the principal's (or user's) token."""
+    """An APIClient authenticated with a token of the principal (or user), one per user."""
+    keys: dict = {}
 
     def client_for(principal_or_user) -> APIClient:
         user = getattr(principal_or_user, "user", principal_or_user)
+        if user.pk not in keys:
+            keys[user.pk] = token_issue(principal=None, user=user, name="tests").key
         client = APIClient()
-        client.credentials(
-            HTTP_AUTHORIZATION=f"Token {Token.objects.get_or_create(user=user)[0].key}"
-        )
+        client.credentials(HTTP_AUTHORIZATION=f"Token {keys[user.pk]}")
         return client
 
     return client_for

@@ -12,6 +12,7 @@ from rest_framework import serializers
 from agendas.models import Agenda, AgendaProgress, AgendaTemplate, Execution, OperationProgress
 from agendas.services import RerunMode
 from agendas.states import processing_state
+from agendas.submit_options import AgendaOptionsSerializer, KeyedAgendaOptionsSerializer
 from popsite.api import JSONObjectField, JSONValueField, OptionalURLField, ScopedRelatedField
 from resourcepools.models import Customer, Membership
 from resourcepools.selectors import customer_list, has_role
@@ -58,7 +59,9 @@ class OperationInputSerializer(serializers.Serializer):
         return super().to_internal_value(data)
 
 
-class AgendaSubmitSerializer(serializers.Serializer):
+class AgendaSubmitSerializer(AgendaOptionsSerializer):
+    """A submission: operations, customer, and the options every way in checks alike."""
+
     operations = OperationInputSerializer(
         many=True, max_length=MAX_OPERATIONS, help_text="1 to 1000 operations."
     )
@@ -68,43 +71,10 @@ class AgendaSubmitSerializer(serializers.Serializer):
         required=False,
         help_text="Customer id or slug; required only when you submit for several.",
     )
-    params = JSONObjectField(required=False, help_text="Agenda-wide parameters.")
-    link_id = serializers.CharField(
-        max_length=255, required=False, allow_blank=True, help_text="Grouping key."
-    )
-    external_id = serializers.CharField(
-        max_length=255, required=False, allow_blank=True, help_text="Your own id for it."
-    )
-    priority = serializers.IntegerField(
-        required=False, min_value=0, max_value=9, help_text="0–9, higher first; default 5."
-    )
-    max_attempts = serializers.IntegerField(
-        required=False, min_value=1, max_value=20, help_text="1–20; default 3."
-    )
-    retry_delay_seconds = serializers.IntegerField(
-        required=False,
-        min_value=0,
-        max_value=86_400,
-        help_text="Backoff base; doubles per attempt, capped at 600 s. Default 10.",
-    )
-    callback_url = OptionalURLField(required=False, help_text="Overrides the customer's.")
-    run_after = serializers.DateTimeField(
-        required=False, allow_null=True, help_text="Not eligible before this time."
-    )
-    do_not_run = serializers.BooleanField(
-        required=False, help_text="Hold it (pending) until rerun."
-    )
-    default_insight = serializers.CharField(
-        max_length=200, required=False, help_text="Preferred insight, by name or id."
-    )
 
 
-class AgendaBulkItemSerializer(AgendaSubmitSerializer):
-    idempotency_key = serializers.CharField(
-        max_length=255,
-        required=False,
-        help_text="Like the Idempotency-Key header, for this item.",
-    )
+class AgendaBulkItemSerializer(AgendaSubmitSerializer, KeyedAgendaOptionsSerializer):
+    """A bulk item: a submission with its own idempotency key."""
 
 
 @extend_schema_field(AgendaBulkItemSerializer(many=True))
@@ -135,7 +105,9 @@ class AgendaRerunSerializer(serializers.Serializer):
     )
 
 
-class TemplateRunSerializer(serializers.Serializer):
+class TemplateRunSerializer(AgendaOptionsSerializer):
+    """A run's payload and customer; its options override the template body's."""
+
     payload = JSONValueField(required=False, default=dict, help_text="Becomes @<pop.payload>.")
     customer = ScopedRelatedField(
         selector=customer_list,
@@ -143,16 +115,6 @@ class TemplateRunSerializer(serializers.Serializer):
         required=False,
         help_text="Customer id or slug; required only when you submit for several.",
     )
-    params = JSONObjectField(required=False, help_text="Overrides the template's params.")
-    link_id = serializers.CharField(max_length=255, required=False, allow_blank=True)
-    external_id = serializers.CharField(max_length=255, required=False, allow_blank=True)
-    priority = serializers.IntegerField(required=False, min_value=0, max_value=9)
-    max_attempts = serializers.IntegerField(required=False, min_value=1, max_value=20)
-    retry_delay_seconds = serializers.IntegerField(required=False, min_value=0, max_value=86_400)
-    callback_url = OptionalURLField(required=False)
-    run_after = serializers.DateTimeField(required=False)
-    do_not_run = serializers.BooleanField(required=False)
-    default_insight = serializers.CharField(max_length=200, required=False)
 
 
 class TemplatePreviewSerializer(serializers.Serializer):

@@ -6,19 +6,20 @@ from django.contrib.auth.validators import UnicodeUsernameValidator
 from drf_spectacular.utils import extend_schema_field
 from rest_framework import serializers
 
+from accounts.api.serializers import ApiTokenCreateSerializer, ApiTokenIssuedSerializer
 from popsite.api import JSONValueField, OptionalURLField, ScopedRelatedField
 from resourcepools.models import Customer, Insight, Membership, ResourcePool
-from resourcepools.selectors import customer_list, has_role, resource_pool_list
+from resourcepools.selectors import (
+    customer_list,
+    has_role,
+    insight_sharing_customers,
+    resource_pool_list,
+)
 
 Role = Membership.Role
 MAPPER_KEYS = ("operation_type", "operation_name", "param")
 KNOWN_MAPPER_KEYS = frozenset({"operationtype", "operationname", "param", "parammap"})
 OWNED_READ_ONLY = ("id", "cid", "created_at", "updated_at")
-
-
-def _all_customers(*, principal: Any) -> Any:
-    """Customers referenced by id only (allowed_customers): UUIDs are not guessable."""
-    return Customer.objects.all()
 
 
 class CustomerSerializer(serializers.ModelSerializer):
@@ -63,13 +64,22 @@ class CustomerSerializer(serializers.ModelSerializer):
 
 
 class MembershipSerializer(serializers.ModelSerializer):
+    """A member; rows come from `membership_list`, whose `email_hidden` decides `email`."""
+
     username = serializers.CharField(source="user.username", read_only=True)
-    email = serializers.CharField(source="user.email", read_only=True)
+    email = serializers.SerializerMethodField(
+        help_text="The user's e-mail; null when the user also belongs to a customer you do "
+        "not administer."
+    )
 
     class Meta:
         model = Membership
         fields = ["id", "customer", "user", "username", "email", "role", "created_at"]
         read_only_fields = fields
+
+    @extend_schema_field({"type": "string", "format": "email", "nullable": True})
+    def get_email(self, membership: Membership) -> str | None:
+        return None if getattr(membership, "email_hidden", True) else membership.user.email
 
 
 class MembershipCreateSerializer(serializers.Serializer):
@@ -97,18 +107,25 @@ class MembershipUpdateSerializer(serializers.Serializer):
     )
 
 
-class TokenSerializer(serializers.Serializer):
-    token = serializers.CharField(help_text="Send as `Authorization: Token <token>`.")
-    username = serializers.CharField()
+TokenSerializer = ApiTokenIssuedSerializer  # {token, id, name, user, username, created, …}
+
+
+class TokenRequestSerializer(ApiTokenCreateSerializer):
+    name = serializers.CharField(
+        max_length=100, required=False, default="api", help_text="Token name (default `api`)."
+    )
 
 
 class TokenRevokedSerializer(serializers.Serializer):
-    revoked = serializers.IntegerField(help_text="How many tokens were deleted (0 or 1).")
+    revoked = serializers.IntegerField(help_text="How many tokens were revoked.")
 
 
-class AuthTokenRequestSerializer(serializers.Serializer):
+class AuthTokenRequestSerializer(ApiTokenCreateSerializer):
     username = serializers.CharField(max_length=150)
     password = serializers.CharField(max_length=128, style={"input_type": "password"})
+    name = serializers.CharField(
+        max_length=100, required=False, default="login", help_text="Token name (default `login`)."
+    )
 
 
 class ResourcePoolSerializer(serializers.ModelSerializer):
@@ -163,11 +180,14 @@ class InsightSerializer(serializers.ModelSerializer):
     )
     mappers = MappersField(required=False, help_text="Which operations this insight accepts.")
     allowed_customers = serializers.ListField(
-        child=ScopedRelatedField(selector=_all_customers),
+        child=ScopedRelatedField(selector=insight_sharing_customers),
         required=False,
         write_only=True,
         max_length=1000,
-        help_text="Ids of customers that may use this insight besides global/owner rules.",
+        help_text=(
+            "Ids of customers that may use this insight besides global/owner rules; "
+            "a pool owner's admin names only the pool's customers (staff: any)."
+        ),
     )
     allowed_customer_ids = serializers.SerializerMethodField(
         help_text="Customers this insight is shared with; null unless you administer its pool."
@@ -199,6 +219,10 @@ class InsightSerializer(serializers.ModelSerializer):
             "max_execution_seconds": {"min_value": 1, "max_value": 7 * 86_400},
             "execution_limit": {"min_value": 1, "max_value": 1_000_000},
             "order": {"min_value": -1_000_000, "max_value": 1_000_000},
+            "is_global": {
+                "help_text": "Offered to every customer of the pool and listed to all "
+                "customers; only staff change it."
+            },
         }
 
     @extend_schema_field(

@@ -1,5 +1,6 @@
 """Customers, members and tokens, resource pools and insights (DESIGN §8, §9)."""
 
+import uuid
 from typing import Any
 
 from django.core.exceptions import ValidationError as DjangoValidationError
@@ -8,13 +9,14 @@ from django.http import Http404
 from drf_spectacular.types import OpenApiTypes
 from drf_spectacular.utils import OpenApiParameter, extend_schema, extend_schema_view
 from rest_framework import mixins, status
-from rest_framework.authtoken.models import Token
 from rest_framework.authtoken.serializers import AuthTokenSerializer
 from rest_framework.decorators import action
 from rest_framework.request import Request
 from rest_framework.response import Response
 from rest_framework.throttling import AnonRateThrottle
 
+from accounts.api.serializers import ApiTokenSerializer, issued_data, lifetime_from
+from accounts.services import token_issue as api_token_issue
 from popsite.api import CustomerScopedViewSet, PopAPIView, ServiceWritesMixin
 from resourcepools.api.filters import (
     CustomerFilter,
@@ -30,6 +32,7 @@ from resourcepools.api.serializers import (
     MembershipSerializer,
     MembershipUpdateSerializer,
     ResourcePoolSerializer,
+    TokenRequestSerializer,
     TokenRevokedSerializer,
     TokenSerializer,
 )
@@ -48,6 +51,7 @@ from resourcepools.services import (
     insight_create,
     insight_delete,
     insight_update,
+    member_token_list,
     membership_create,
     membership_delete,
     membership_update,
@@ -65,20 +69,30 @@ Role = Membership.Role
     tags=["auth"],
     request=AuthTokenRequestSerializer,
     responses={200: TokenSerializer},
-    summary="Exchange a username and password for an API token.",
+    summary="Exchange a username and password for a new named API token (shown once).",
 )
 class AuthTokenView(PopAPIView):
-    """`POST /api/v1/auth/token/`: the caller's token, created on first use."""
+    """`POST /api/v1/auth/token/`: a new token of the caller (default name `login`)."""
 
     authentication_classes: list = []
     permission_classes: list = []
     throttle_classes = [AnonRateThrottle]
 
     def post(self, request: Request) -> Response:
-        credentials = AuthTokenSerializer(data=request.data, context={"request": request})
+        # The HttpRequest, not DRF's wrapper: django-axes marks a locked-out attempt on the
+        # request it is given, and its middleware reads that mark on the HttpRequest.
+        credentials = AuthTokenSerializer(data=request.data, context={"request": request._request})
         credentials.is_valid(raise_exception=True)
-        token, _ = Token.objects.get_or_create(user=credentials.validated_data["user"])
-        return Response({"token": token.key, "username": token.user.get_username()})
+        named = AuthTokenRequestSerializer(data=request.data)
+        named.is_valid(raise_exception=True)
+        user = credentials.validated_data["user"]
+        issued = api_token_issue(
+            principal=user,
+            user=user,
+            name=named.validated_data["name"],
+            lifetime=lifetime_from(named.validated_data),
+        )
+        return Response(issued_data(issued))
 
 
 @extend_schema(tags=["customers"])
@@ -104,6 +118,9 @@ CUSTOMER_PK = OpenApiParameter(
 MEMBER_PK = OpenApiParameter(
     "id", OpenApiTypes.INT, OpenApiParameter.PATH, description="Membership id."
 )
+MEMBER_TOKEN_ID = OpenApiParameter(
+    "token_id", OpenApiTypes.UUID, OpenApiParameter.PATH, description="API token id."
+)
 
 
 @extend_schema(tags=["customers"], parameters=[CUSTOMER_PK])
@@ -112,7 +129,10 @@ MEMBER_PK = OpenApiParameter(
     create=extend_schema(
         request=MembershipCreateSerializer,
         responses={201: MembershipSerializer},
-        summary="Add a member; a new username creates the user.",
+        summary=(
+            "Add a member; a new username creates the user. Only staff attach a user who "
+            "belongs to none of your customers."
+        ),
     ),
     retrieve=extend_schema(parameters=[MEMBER_PK]),
     update=extend_schema(
@@ -155,7 +175,11 @@ class MembershipViewSet(mixins.ListModelMixin, mixins.RetrieveModelMixin, Custom
         membership = membership_create(
             principal=request.user, customer=self.customer, **payload.validated_data
         )
-        return Response(MembershipSerializer(membership).data, status=status.HTTP_201_CREATED)
+        return Response(self._shown(membership), status=status.HTTP_201_CREATED)
+
+    def _shown(self, membership: Membership) -> dict:
+        """The member as the list shows it (its e-mail hidden as `membership_list` decides)."""
+        return MembershipSerializer(self.get_queryset().get(pk=membership.pk)).data
 
     def update(self, request: Request, *args: Any, **kwargs: Any) -> Response:
         payload = MembershipUpdateSerializer(data=request.data)
@@ -163,7 +187,7 @@ class MembershipViewSet(mixins.ListModelMixin, mixins.RetrieveModelMixin, Custom
         membership = membership_update(
             principal=request.user, membership=self.get_object(), **payload.validated_data
         )
-        return Response(MembershipSerializer(membership).data)
+        return Response(self._shown(membership))
 
     def partial_update(self, request: Request, *args: Any, **kwargs: Any) -> Response:
         return self.update(request, *args, **kwargs)
@@ -175,16 +199,16 @@ class MembershipViewSet(mixins.ListModelMixin, mixins.RetrieveModelMixin, Custom
     @extend_schema(
         methods=["POST"],
         parameters=[MEMBER_PK],
-        request=None,
         responses={201: TokenSerializer},
-        summary="Issue a new API token for the member (replaces the old one).",
+        request=TokenRequestSerializer,
+        summary="Issue a named API token for the member (replaces their token of that name).",
     )
     @extend_schema(
         methods=["DELETE"],
         parameters=[MEMBER_PK],
         request=None,
         responses={200: TokenRevokedSerializer},
-        summary="Revoke the member's API token.",
+        summary="Revoke all of the member's API tokens.",
     )
     @action(detail=True, methods=["post", "delete"])
     def token(self, request: Request, *args: Any, **kwargs: Any) -> Response:
@@ -192,18 +216,50 @@ class MembershipViewSet(mixins.ListModelMixin, mixins.RetrieveModelMixin, Custom
         if request.method == "DELETE":
             revoked = token_revoke(principal=request.user, membership=membership)
             return Response({"revoked": revoked})
-        token = token_issue(principal=request.user, membership=membership)
-        return Response(
-            {"token": token.key, "username": membership.user.get_username()},
-            status=status.HTTP_201_CREATED,
+        payload = TokenRequestSerializer(data=request.data)
+        payload.is_valid(raise_exception=True)
+        issued = token_issue(
+            principal=request.user,
+            membership=membership,
+            name=payload.validated_data["name"],
+            lifetime=lifetime_from(payload.validated_data),
         )
+        return Response(issued_data(issued), status=status.HTTP_201_CREATED)
+
+    @extend_schema(
+        parameters=[MEMBER_PK],
+        responses={200: ApiTokenSerializer(many=True)},
+        summary="The member's API tokens (never their keys).",
+    )
+    @action(detail=True, methods=["get"], url_path="tokens")
+    def tokens(self, request: Request, *args: Any, **kwargs: Any) -> Response:
+        rows = member_token_list(principal=request.user, membership=self.get_object())
+        return Response(ApiTokenSerializer(rows, many=True).data)
+
+    @extend_schema(
+        parameters=[MEMBER_PK, MEMBER_TOKEN_ID],
+        request=None,
+        responses={204: None},
+        summary="Revoke one of the member's API tokens.",
+    )
+    @action(detail=True, methods=["delete"], url_path=r"tokens/(?P<token_id>[^/.]+)")
+    def revoke_token(self, request: Request, token_id: str, *args: Any, **kwargs: Any) -> Response:
+        membership = self.get_object()
+        try:
+            token_id = uuid.UUID(token_id)
+        except ValueError as error:
+            raise Http404 from error
+        if not token_revoke(principal=request.user, membership=membership, token_id=token_id):
+            raise Http404
+        return Response(status=status.HTTP_204_NO_CONTENT)
 
 
 @extend_schema(tags=["resource pools"])
 class ResourcePoolViewSet(
     ServiceWritesMixin, mixins.ListModelMixin, mixins.RetrieveModelMixin, CustomerScopedViewSet
 ):
-    """Resource pools: visible to their owner and their customers; the owner's admin writes."""
+    """Resource pools: visible to their owner and their customers; staff create them, the
+    owner's admin changes or deletes them (only staff change the owner)."""
 
     selector = staticmethod(resource_pool_list)
     serializer_class = ResourcePoolSerializer
@@ -225,7 +281,8 @@ def insights_with_sharing(*, principal: Any) -> QuerySet:
 class InsightViewSet(
     ServiceWritesMixin, mixins.ListModelMixin, mixins.RetrieveModelMixin, CustomerScopedViewSet
 ):
-    """Insights (queues of a pool): visible per DESIGN §9; the pool owner's admin writes."""
+    """Insights (queues of a pool): visible per DESIGN §9; the pool owner's admin writes, and
+    only staff make one global."""
 
     selector = staticmethod(insights_with_sharing)
     serializer_class = InsightSerializer

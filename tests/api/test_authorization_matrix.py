@@ -11,8 +11,9 @@ from dataclasses import dataclass
 
 import pytest
 from django.utils import timezone
-from rest_framework.authtoken.models import Token
 
+from accounts.models import ApiToken
+from accounts.services import token_issue
 from agendas.models import Agenda
 from resourcepools.models import Customer, Insight, Membership, ResourcePool
 from scheduling.models import Alert, AlertRule, Schedule
@@ -31,7 +32,7 @@ def world() -> tuple:
     return (
         sorted(Customer.objects.values_list("pk", "name", "is_active", "updated_at")),
         sorted(Membership.objects.values_list("pk", "customer_id", "role", "updated_at")),
-        sorted(Token.objects.values_list("user_id", "key")),
+        sorted(ApiToken.objects.values_list("user_id", "digest")),
         sorted(ResourcePool.objects.values_list("pk", "description", "updated_at")),
         sorted(Insight.objects.values_list("pk", "queue_size", "updated_at")),
         sorted(Schedule.objects.values_list("pk", "cron", "state", "updated_at")),
@@ -219,7 +220,7 @@ class Rows:
 def rows(customer, other_customer, viewer, other_submitter, pool, insight) -> Rows:
     """Acme's viewer and Globex's submitter hold tokens; Globex owns a pool Acme cannot see."""
     for principal in (viewer, other_submitter):
-        Token.objects.create(user=principal.user)
+        token_issue(principal=None, user=principal.user, name="laptop")
     foreign_pool = ResourcePoolFactory(name="globex-farm", owner=other_customer)
     return Rows(
         customer=customer,

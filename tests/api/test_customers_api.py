@@ -2,8 +2,10 @@
 
 import pytest
 from django.contrib.auth import get_user_model
-from rest_framework.authtoken.models import Token
+from rest_framework.test import APIClient
 
+from accounts.models import ApiToken
+from accounts.services import token_issue
 from resourcepools.models import Customer, Membership
 from tests.factories import CustomerFactory, MembershipFactory, UserFactory
 
@@ -208,17 +210,28 @@ def test_an_admin_issues_a_token_that_works_and_revokes_it(
     admin_client, api_client_for, customer, submitter
 ):
     member = Membership.objects.get(user=submitter.user)
-    old = Token.objects.create(user=submitter.user)
+    old = token_issue(principal=None, user=submitter.user, name="api")
+    kept = token_issue(principal=None, user=submitter.user, name="laptop")
 
     issued = admin_client.post(members_url(customer, member, "token/"))
 
     assert issued.status_code == 201
     key = issued.json()["token"]
     assert key != old.key
-    assert list(Token.objects.filter(user=submitter.user).values_list("key", flat=True)) == [key]
+    assert issued.json()["name"] == "api"
+    assert sorted(ApiToken.objects.filter(user=submitter.user).values_list("name", flat=True)) == [
+        "api",
+        "laptop",
+    ]
+    assert not ApiToken.objects.filter(pk=old.token.pk).exists()  # replaced: same name
+    assert ApiToken.objects.filter(pk=kept.token.pk).exists()
+    caller = APIClient()
+    caller.credentials(HTTP_AUTHORIZATION=f"Token {key}")
+    assert caller.get("/api/v1/agendas/").status_code == 200
     revoked = admin_client.delete(members_url(customer, member, "token/"))
-    assert (revoked.status_code, revoked.json()) == (200, {"revoked": 1})
-    assert not Token.objects.filter(user=submitter.user).exists()
+    assert (revoked.status_code, revoked.json()) == (200, {"revoked": 2})
+    assert not ApiToken.objects.filter(user=submitter.user).exists()
+    assert caller.get("/api/v1/agendas/").status_code == 401
 
 
 def test_no_token_for_a_member_who_also_belongs_to_a_customer_you_do_not_administer(
@@ -230,7 +243,7 @@ def test_no_token_for_a_member_who_also_belongs_to_a_customer_you_do_not_adminis
     response = admin_client.post(members_url(customer, member, "token/"))
 
     assert response.status_code == 403
-    assert not Token.objects.filter(user=submitter.user).exists()
+    assert not ApiToken.objects.filter(user=submitter.user).exists()
 
 
 def test_no_token_for_a_staff_member(admin_client, customer):
@@ -240,14 +253,14 @@ def test_no_token_for_a_staff_member(admin_client, customer):
     response = admin_client.post(members_url(customer, member, "token/"))
 
     assert response.status_code == 403
-    assert not Token.objects.filter(user=operator).exists()
+    assert not ApiToken.objects.filter(user=operator).exists()
 
 
 def test_a_submitter_may_not_issue_tokens(client, customer, viewer):
     member = Membership.objects.get(user=viewer.user)
 
     assert client.post(members_url(customer, member, "token/")).status_code == 403
-    assert not Token.objects.filter(user=viewer.user).exists()
+    assert not ApiToken.objects.filter(user=viewer.user).exists()
 
 
 def test_issuing_a_token_in_another_customer_is_404(
@@ -261,4 +274,4 @@ def test_issuing_a_token_in_another_customer_is_404(
     unrelated = admin_client.post(f"/api/v1/customers/{outsider.pk}/members/{member.pk}/token/")
 
     assert [foreign.status_code, through_own.status_code, unrelated.status_code] == [404] * 3
-    assert not Token.objects.filter(user=other_submitter.user).exists()
+    assert not ApiToken.objects.filter(user=other_submitter.user).exists()

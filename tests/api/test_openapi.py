@@ -16,7 +16,6 @@ from django.core.management import call_command
 from django.core.signals import request_finished, request_started
 from django.core.wsgi import get_wsgi_application
 from django.db import close_old_connections
-from rest_framework.authtoken.models import Token
 from rest_framework.test import APIClient
 from schemathesis import GenerationMode
 from schemathesis.checks import (
@@ -25,6 +24,8 @@ from schemathesis.checks import (
     response_schema_conformance,
     status_code_conformance,
 )
+
+from accounts.services import token_issue
 
 pytestmark = pytest.mark.django_db
 
@@ -124,7 +125,8 @@ def wsgi_app():
 def fuzz_world(admin_member, submitter, submit_agenda, template, insight):
     """Some rows to collide with; the caller is an admin of Acme (a token in a header)."""
     submit_agenda(submitter, link_id="fuzz")
-    return {"Authorization": f"Token {Token.objects.get_or_create(user=admin_member.user)[0].key}"}
+    key = token_issue(principal=None, user=admin_member.user, name="fuzz").key
+    return {"Authorization": f"Token {key}"}
 
 
 def test_schemathesis_finds_no_server_error_and_no_undocumented_answer(wsgi_app, fuzz_world):

@@ -36,13 +36,22 @@ def test_customers_see_the_pool_they_use_but_not_others(client, pool, foreign_po
     assert client.get(f"/api/v1/resource-pools/{foreign_pool.pk}/").status_code == 404
 
 
-def test_a_customer_admin_creates_a_pool_it_owns(admin_client, customer):
-    response = admin_client.post(
+def test_staff_create_a_pool_for_a_customer(staff_client, customer):
+    response = staff_client.post(
         "/api/v1/resource-pools/", {"owner": "acme", "name": "acme-farm"}, format="json"
     )
 
     assert response.status_code == 201
     assert ResourcePool.objects.get(name="acme-farm").owner == customer
+
+
+def test_a_customer_admin_may_not_create_a_pool_even_one_it_would_own(admin_client, customer):
+    response = admin_client.post(
+        "/api/v1/resource-pools/", {"owner": "acme", "name": "acme-farm"}, format="json"
+    )
+
+    assert response.status_code == 403
+    assert not ResourcePool.objects.filter(name="acme-farm").exists()
 
 
 def test_a_submitter_may_not_create_a_pool(client, customer):
@@ -54,11 +63,13 @@ def test_a_submitter_may_not_create_a_pool(client, customer):
     assert not ResourcePool.objects.filter(name="acme-farm").exists()
 
 
-def test_a_pool_for_an_invisible_owner_or_a_taken_name_is_400(admin_client, pool, other_customer):
+def test_a_pool_for_an_invisible_owner_or_a_taken_name_is_400(
+    admin_client, staff_client, pool, other_customer
+):
     foreign = admin_client.post(
         "/api/v1/resource-pools/", {"owner": str(other_customer.pk), "name": "x"}, format="json"
     )
-    taken = admin_client.post(
+    taken = staff_client.post(
         "/api/v1/resource-pools/", {"owner": "acme", "name": "farm"}, format="json"
     )
 

@@ -22,8 +22,8 @@ from django.conf import settings
 from django.core.management import call_command
 from django.db import connection
 from django.db.models import Count
-from rest_framework.authtoken.models import Token
 
+from accounts.services import token_issue
 from agendas.models import AgendaProgress, Execution
 from agendas.services import agenda_submit
 from tests.factories import CustomerFactory
@@ -164,7 +164,7 @@ def test_300_agendas_of_3_customers_succeed_and_a_killed_pullers_agenda_is_recla
     insight.queue_size = 20
     insight.lease_seconds = 3
     insight.save()
-    token = Token.objects.create(user=worker.user).key
+    token = token_issue(principal=None, user=worker.user, name="e2e-worker").key
     principals = [
         make_principal(CustomerFactory(slug=f"e2e-{n}", resource_pool=pool)) for n in range(3)
     ]

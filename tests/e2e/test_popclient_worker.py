@@ -11,8 +11,8 @@ from collections import Counter
 
 import pytest
 from django.db import connection
-from rest_framework.authtoken.models import Token
 
+from accounts.services import token_issue
 from agendas.models import AgendaProgress, Execution, OperationProgress
 from popclient import PopClient
 from popclient.handlers import HandlerError, HandlerRegistry, default_registry
@@ -62,7 +62,7 @@ def test_the_popclient_worker_runs_agendas_and_resumes_a_retry_at_the_point_of_f
             {"name": "measure", "type": "log", "payload": {"url": "@<probe.out::/url>"}},
         ],
     )
-    token = Token.objects.create(user=worker.user).key
+    token = token_issue(principal=None, user=worker.user, name="e2e-worker").key
     client = PopClient(live_server.url, token)
     puller = Worker(
         client,

@@ -38,8 +38,8 @@ from django.conf import settings
 from django.contrib.auth import get_user_model
 from django.core.management import call_command
 from django.db import connection, connections
-from rest_framework.authtoken.models import Token
 
+from accounts.services import token_issue
 from popclient.client import PopClient
 from popclient.handlers import default_registry
 from popclient.worker import Worker
@@ -159,7 +159,8 @@ class LiveServer:
 
 @dataclass
 class Tenant:
-    """A farm (pool + insight, a worker token) and a customer of it (admin and viewer tokens)."""
+    """A farm (pool + insight, a worker token) and a customer of it (admin and viewer tokens),
+    and an operator (staff token)."""
 
     url: str
     name: str
@@ -170,6 +171,7 @@ class Tenant:
     admin_token: str
     viewer_token: str
     worker_token: str
+    staff_token: str
     clients: list[PopClient] = field(default_factory=list)
 
     def client(self, token: str | None = None) -> PopClient:
@@ -299,7 +301,7 @@ def _make_tenant(url: str) -> Tenant:
         # Tokens only: an unusable password spares three slow password hashes per test.
         user = get_user_model().objects.create(username=f"{name}-{role}", password="!")
         MembershipFactory(user=user, customer=customer, role=role)
-        return Token.objects.create(user=user).key
+        return token_issue(principal=None, user=user, name="live").key
 
     return Tenant(
         url=url,
@@ -311,6 +313,13 @@ def _make_tenant(url: str) -> Tenant:
         admin_token=token(customer, Membership.Role.ADMIN),
         viewer_token=token(customer, Membership.Role.VIEWER),
         worker_token=token(owner, Membership.Role.WORKER),
+        staff_token=token_issue(
+            principal=None,
+            user=get_user_model().objects.create(
+                username=f"{name}-operator", password="!", is_staff=True
+            ),
+            name="live",
+        ).key,
     )
 
 

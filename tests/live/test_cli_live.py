@@ -53,11 +53,11 @@ def cli_env(tmp_path) -> dict[str, str]:
 
 @pytest.fixture
 def pop(tenant, cli_env):
-    """`pop --url … --token … ARGS --json` in a subprocess; the parsed JSON and exit code."""
+    """`POP_TOKEN=… pop --url … ARGS --json` in a subprocess; the parsed JSON and exit code."""
 
     def run(*args: str, token: str | None = None, stdin: str | None = None) -> Run:
-        flags = ["--url", tenant.url, "--token", token or tenant.admin_token]
-        return _run([*flags, *args], cli_env, stdin)
+        env = {**cli_env, "POP_TOKEN": token or tenant.admin_token}
+        return _run(["--url", tenant.url, *args], env, stdin)
 
     return run
 
@@ -346,10 +346,10 @@ def test_login_saves_the_server_and_token_for_later_commands(tenant, cli_env, tm
     assert listed.code == 0, listed
     assert [t["id"] for t in listed.data] == [tenant.template_id]
 
-    again = _run(["--url", tenant.url, "login", "--token", tenant.admin_token], cli_env)
+    again = _run(["--url", tenant.url, "login"], {**cli_env, "POP_TOKEN": tenant.admin_token})
     assert again.code == 0, again
     assert json.loads(config.read_text())["token"] == tenant.admin_token
-    refused = _run(["--url", tenant.url, "login", "--token", "not-a-token"], cli_env)
+    refused = _run(["--url", tenant.url, "login"], {**cli_env, "POP_TOKEN": "not-a-token"})
     assert refused.code == 6, refused
 
 
@@ -358,8 +358,9 @@ def test_worker_refused_by_the_server_exits_1(tenant, cli_env):
                            (tenant.admin_token, tenant.insight_id),  # not a worker
                            (tenant.worker_token, "no-such-insight")):  # fmt: skip
         process = subprocess.run(
-            [*pop_command(), "worker", "--url", tenant.url, "--token", token,
+            [*pop_command(), "worker", "--url", tenant.url,
              "--insight", insight, "--wait-seconds", "1"],
-            capture_output=True, text=True, timeout=60, cwd=ROOT, env=cli_env,
+            capture_output=True, text=True, timeout=60, cwd=ROOT,
+            env={**cli_env, "POP_TOKEN": token},
         )  # fmt: skip
         assert process.returncode == 1, (token, insight, process.stderr)

@@ -33,11 +33,11 @@ def _worker_process(tenant, tmp_path: Path, *args: str) -> subprocess.Popen:
     process = subprocess.Popen(
         [
             *pop_command(), "worker",
-            "--url", tenant.url, "--token", tenant.worker_token,
+            "--url", tenant.url,
             "--wait-seconds", "1", "--handlers", HANDLERS_MODULE, *args,
         ],
         cwd=ROOT,
-        env={**os.environ, "PYTHONPATH": str(ROOT)},
+        env={**os.environ, "PYTHONPATH": str(ROOT), "POP_TOKEN": tenant.worker_token},
         stdout=log,
         stderr=subprocess.STDOUT,
         start_new_session=True,

@@ -3,9 +3,11 @@
 import io
 import json
 import os
+import socket
 import stat
 import subprocess
 import sys
+from unittest import mock
 
 import httpx
 import pytest
@@ -68,9 +70,11 @@ def isolated_config(tmp_path, monkeypatch):
 
 
 def pop(server, *argv, auth=True):
+    """Run `pop`; with `auth`, against http://pop.test with the token `tok` from POP_TOKEN."""
     stdout, stderr = io.StringIO(), io.StringIO()
-    args = ["--url", "http://pop.test", "--token", "tok", *argv] if auth else list(argv)
-    code = main(args, client_factory=server.factory, stdout=stdout, stderr=stderr)
+    args = ["--url", "http://pop.test", *argv] if auth else list(argv)
+    with mock.patch.dict(os.environ, {"POP_TOKEN": "tok"} if auth else {}):
+        code = main(args, client_factory=server.factory, stdout=stdout, stderr=stderr)
     return code, stdout.getvalue(), stderr.getvalue()
 
 
@@ -120,6 +124,92 @@ def test_url_and_token_from_environment(monkeypatch):
     assert server.requests[0].headers["Authorization"] == "Token env-token"
 
 
+def test_a_token_on_the_command_line_is_refused_before_any_request():
+    server = Server({("GET", "/queues/"): (200, {"results": []})})
+
+    code, _, err = pop(server, "--token", "secret", "queues", auth=False)
+
+    assert code == 2
+    assert "--token is not accepted" in err and "POP_TOKEN" in err
+    assert server.requests == []
+
+
+def test_the_token_is_read_from_the_token_file_option(tmp_path):
+    token_file = tmp_path / "worker.token"
+    token_file.write_text("file-token\n")
+    server = Server({("GET", "/queues/"): (200, {"results": []})})
+
+    code, _, _ = pop(
+        server, "--url", "http://pop.test", "--token-file", str(token_file), "queues", auth=False
+    )
+
+    assert code == 0
+    assert server.requests[0].headers["Authorization"] == "Token file-token"
+
+
+def test_the_token_is_read_from_the_file_named_by_pop_token_file(tmp_path, monkeypatch):
+    token_file = tmp_path / "worker.token"
+    token_file.write_text("  mounted-secret  \n")
+    monkeypatch.setenv("POP_TOKEN_FILE", str(token_file))
+    server = Server({("GET", "/queues/"): (200, {"results": []})})
+
+    code, _, _ = pop(server, "--url", "http://pop.test", "queues", auth=False)
+
+    assert code == 0
+    assert server.token == "mounted-secret"
+
+
+def test_a_missing_or_empty_token_file_is_a_usage_error(tmp_path):
+    empty = tmp_path / "empty.token"
+    empty.write_text("\n")
+    server = Server()
+
+    missing = pop(server, "--url", "http://x", "--token-file", str(tmp_path / "no"), "queues",
+                  auth=False)  # fmt: skip
+    blank = pop(server, "--url", "http://x", "--token-file", str(empty), "queues", auth=False)
+
+    assert (missing[0], blank[0]) == (2, 2)
+    assert "cannot read the token file" in missing[2] and "is empty" in blank[2]
+    assert server.requests == []
+
+
+def test_the_worker_takes_its_token_from_pop_token(monkeypatch):
+    monkeypatch.setenv("POP_TOKEN", "worker-secret")
+    insight = "6f1c1c2e-0000-4000-8000-000000000001"
+    server = Server({("POST", f"/insights/{insight}/pull/"): (200, [])})
+
+    code, _, _ = pop(
+        server, "--url", "http://pop.test", "worker", "--insight", insight, "--wait-seconds", "0",
+        "--idle-exit", "0.2", auth=False,
+    )  # fmt: skip
+
+    assert code == 0
+    assert server.requests[0].headers["Authorization"] == "Token worker-secret"
+
+
+def test_pop_tokens_create_prints_the_key_once_and_list_shows_no_key():
+    created = {"token": "k" * 64, "id": "t1", "name": "ci", "expiry": None, "username": "u"}
+    server = Server(
+        {
+            ("POST", "/tokens/"): (201, created),
+            ("GET", "/tokens/"): (200, {"count": 1, "next": None, "results": [
+                {k: v for k, v in created.items() if k != "token"}]}),
+            ("DELETE", "/tokens/t1/"): (204, None),
+        }
+    )  # fmt: skip
+
+    code, out, err = pop(server, "tokens", "create", "ci", "--expires-in-days", "7")
+    listed = pop(server, "tokens", "list")
+    revoked = pop(server, "tokens", "revoke", "t1")
+
+    assert code == 0
+    assert out.strip() == "k" * 64
+    assert "cannot be shown again" in err
+    assert server.body(0) == {"name": "ci", "expires_in_days": 7}
+    assert listed[0] == 0 and "ci" in listed[1] and "k" * 64 not in listed[1]
+    assert revoked[0] == 0 and server.requests[-1].method == "DELETE"
+
+
 # -- login and config ------------------------------------------------------------------
 
 
@@ -139,7 +229,11 @@ def test_login_saves_token_to_the_config_file_and_later_commands_use_it(isolated
     assert "Logged in to http://pop.test as alice" in out
     assert json.loads(isolated_config.read_text())["token"] == "fresh"
     assert stat.S_IMODE(os.stat(isolated_config).st_mode) == 0o600
-    assert server.body(0) == {"username": "alice", "password": "pw"}
+    assert server.body(0) == {
+        "username": "alice",
+        "password": "pw",
+        "name": f"pop-cli@{socket.gethostname()}",
+    }
 
     assert pop(server, "queues", auth=False)[0] == 0
     assert server.requests[-1].headers["Authorization"] == "Token fresh"
@@ -525,9 +619,8 @@ def test_python_m_popclient_runs_the_cli(tmp_path):
     helped = subprocess.run([sys.executable, "-m", "popclient", "--help"], capture_output=True,
                             text=True, env=env, timeout=30)  # fmt: skip
     refused = subprocess.run(
-        [sys.executable, "-m", "popclient", "--url", "http://127.0.0.1:9", "--token", "t",
-         "--json", "queues"],
-        capture_output=True, text=True, env=env, timeout=60,
+        [sys.executable, "-m", "popclient", "--url", "http://127.0.0.1:9", "--json", "queues"],
+        capture_output=True, text=True, env={**env, "POP_TOKEN": "t"}, timeout=60,
     )  # fmt: skip
 
     assert helped.returncode == 0 and "agendas" in helped.stdout

@@ -112,6 +112,33 @@ ENDPOINTS = [
     (lambda c: c.remove_member(ID, ID), "DELETE", "customers/ID/members/ID/", None, {}),
     (lambda c: c.issue_token(ID, ID), "POST", "customers/ID/members/ID/token/", {}, {}),
     (lambda c: c.revoke_token(ID, ID), "DELETE", "customers/ID/members/ID/token/", None, {}),
+    (
+        lambda c: c.issue_token(ID, ID, name="worker-a", never_expires=True),
+        "POST",
+        "customers/ID/members/ID/token/",
+        {"name": "worker-a", "expires_in_days": None},
+        {},
+    ),
+    (lambda c: c.list_member_tokens(ID, ID), "GET", "customers/ID/members/ID/tokens/", None, {}),
+    (
+        lambda c: c.revoke_member_token(ID, ID, ID),
+        "DELETE",
+        "customers/ID/members/ID/tokens/ID/",
+        None,
+        {},
+    ),
+    # your own API tokens
+    (lambda c: c.list_tokens(name="laptop"), "GET", "tokens/", None, {"name": "laptop"}),
+    (lambda c: c.get_token(ID), "GET", "tokens/ID/", None, {}),
+    (lambda c: c.create_token("laptop"), "POST", "tokens/", {"name": "laptop"}, {}),
+    (
+        lambda c: c.create_token("ci", expires_in_days=7),
+        "POST",
+        "tokens/",
+        {"name": "ci", "expires_in_days": 7},
+        {},
+    ),
+    (lambda c: c.delete_token(ID), "DELETE", "tokens/ID/", None, {}),
     # resource pools and insights
     (
         lambda c: c.list_resource_pools(owner="farm"),
@@ -279,6 +306,15 @@ ENDPOINTS = [
     (lambda c: c.get_queue(ID), "GET", "queues/ID/", None, {}),
     (lambda c: c.list_alerts(state="open"), "GET", "alerts/", None, {"state": "open"}),
     (lambda c: c.get_alert(ID), "GET", "alerts/ID/", None, {}),
+    # audit trail
+    (
+        lambda c: c.list_audit_events(action="agenda.abort"),
+        "GET",
+        "audit-events/",
+        None,
+        {"action": "agenda.abort"},
+    ),
+    (lambda c: c.get_audit_event(ID), "GET", "audit-events/ID/", None, {}),
 ]
 
 

@@ -504,8 +504,9 @@ def serve(fake):
 
 def start_worker_process(url, *extra):
     env = {key: value for key, value in os.environ.items() if not key.startswith("POP_")}
+    env["POP_TOKEN"] = "t"
     return subprocess.Popen(
-        [sys.executable, "-m", "popclient", "worker", "--url", url, "--token", "t",
+        [sys.executable, "-m", "popclient", "worker", "--url", url,
          "--insight", INSIGHT_ID, "--wait-seconds", "1", "--name", "proc", *extra],
         env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
     )  # fmt: skip

@@ -9,6 +9,7 @@ from django.contrib.auth import get_user_model
 from django.contrib.auth.models import Group
 from django.contrib.messages import get_messages
 from django.core.management import call_command
+from django.test import Client
 from django.urls import reverse
 from django.utils import timezone
 from django_q.models import Task
@@ -43,7 +44,7 @@ def operator_client(client, staff_user):
 def every_model_has_a_row(operator_client):
     """Beyond the demo data, through the services: queued and executing agendas (executions,
     schedule info), a callback outbox row, an alert rule and its open alert; plus one row of
-    each django-q model and a group."""
+    each django-q model, a group, and a failed login (django-axes' attempt and failure log)."""
     acme = Customer.objects.get(slug="acme")
     acme.callback_url = "https://callbacks.example.invalid/pop"
     acme.callback_secret = "demo-secret"
@@ -58,6 +59,7 @@ def every_model_has_a_row(operator_client):
     agenda_pause(principal=None, agenda=Agenda.objects.filter(customer=acme).first())
     alerts_evaluate()
     Group.objects.create(name="operators")
+    Client().post(reverse("login"), {"username": "acme-admin", "password": "wrong"})
     call_command("pop_schedules", verbosity=0)  # django-q Schedule rows
     async_task("scheduling.tasks.promote")  # an OrmQ row: no cluster runs in the tests
     now = timezone.now()

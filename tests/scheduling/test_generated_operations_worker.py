@@ -6,8 +6,8 @@ from collections import Counter
 
 import pytest
 from django.db import connection
-from rest_framework.authtoken.models import Token
 
+from accounts.services import token_issue
 from agendas.models import AgendaProgress, Execution, OperationProgress
 from popclient import PopClient
 from popclient.handlers import HandlerError, HandlerRegistry
@@ -19,7 +19,7 @@ pytestmark = pytest.mark.django_db(transaction=True)
 def _run_worker(live_server, worker, insight, *, split, work) -> int:
     """One popclient worker over HTTP, `split` for mediainfo and `work` for log, until it has
     run two agendas (the failed attempt and its retry); returns its exit code."""
-    client = PopClient(live_server.url, Token.objects.create(user=worker.user).key)
+    client = PopClient(live_server.url, token_issue(principal=None, user=worker.user, name="w").key)
     puller = Worker(
         client,
         str(insight.pk),

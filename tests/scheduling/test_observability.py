@@ -23,9 +23,19 @@ def _samples(text: str) -> dict[tuple, float]:
     }
 
 
-def test_metrics_report_queue_levels_per_insight_and_customer(
-    client, submitter, submit_agenda, insight, fill, pull, report
+@pytest.fixture
+def scraper(client, settings):
+    """A Prometheus scraper holding the metrics token."""
+    settings.POP_METRICS_TOKEN = "scrape-token"
+    client.defaults["HTTP_AUTHORIZATION"] = "Bearer scrape-token"
+    return client
+
+
+def test_metrics_report_queue_levels_per_insight_and_customer_when_asked(
+    scraper, settings, submitter, submit_agenda, insight, fill, pull, report
 ):
+    settings.POP_METRICS_PER_CUSTOMER = True
+    client = scraper
     for _ in range(3):
         submit_agenda(submitter)
     insight.queue_size = 2
@@ -51,11 +61,58 @@ def test_metrics_report_queue_levels_per_insight_and_customer(
     assert {"pop_pull_latency_seconds_bucket", "pop_fills_total"} <= names
 
 
+def test_metrics_levels_sum_over_customers_and_name_none_by_default(
+    scraper, submitter, other_submitter, submit_agenda, insight
+):
+    submit_agenda(submitter)
+    submit_agenda(submitter)
+    submit_agenda(other_submitter)
+
+    response = scraper.get("/metrics")
+
+    assert response.status_code == 200
+    text = response.content.decode()
+    samples = _samples(text)
+    assert samples[("pop_ready_agendas", (("insight", "mediainfo"),))] == 3
+    assert not [key for key in samples if any(label == "customer" for label, _ in key[1])]
+    assert "acme" not in text and "globex" not in text
+
+
 def test_metrics_can_require_a_token(client, settings):
     settings.POP_METRICS_TOKEN = "s3cret"
 
     assert client.get("/metrics").status_code == 401
+    assert client.get("/metrics", HTTP_AUTHORIZATION="Bearer wrong").status_code == 401
     assert client.get("/metrics", HTTP_AUTHORIZATION="Bearer s3cret").status_code == 200
+
+
+def test_metrics_without_a_token_are_closed_in_production(
+    client, settings, submitter, submit_agenda
+):
+    settings.DEBUG = False
+    settings.POP_METRICS_TOKEN = ""
+    settings.POP_METRICS_PUBLIC = False
+    submit_agenda(submitter)
+
+    response = client.get("/metrics")
+
+    assert response.status_code == 401
+    assert response["WWW-Authenticate"] == 'Bearer realm="metrics"'
+    assert b"pop_ready_agendas" not in response.content
+
+
+@pytest.mark.parametrize(("debug", "public"), [(True, False), (False, True)])
+def test_metrics_without_a_token_are_open_in_debug_or_when_made_public(
+    client, settings, debug, public
+):
+    settings.DEBUG = debug
+    settings.POP_METRICS_TOKEN = ""
+    settings.POP_METRICS_PUBLIC = public
+
+    response = client.get("/metrics")
+
+    assert response.status_code == 200
+    assert b"pop_queue_size" in response.content
 
 
 def test_healthz_is_ok(client):

@@ -1,0 +1,1 @@
+"""Audit trail: who changed what, when, for which customer and from where."""

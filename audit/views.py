@@ -1,0 +1,64 @@
+"""The dashboard's Audit page: the trail of the customers the user administers (staff: all)."""
+
+from typing import Any
+
+from django import forms
+from django.contrib.auth.decorators import login_required
+from django.core.exceptions import PermissionDenied
+from django.core.paginator import Paginator
+from django.http import HttpRequest, HttpResponse
+from django.shortcuts import render
+
+from audit.selectors import audit_event_list, audit_reader
+from resourcepools.selectors import customer_list
+
+EVENTS_PER_PAGE = 50
+
+
+class AuditFilterForm(forms.Form):
+    customer = forms.ChoiceField(required=False, label="Customer")
+    action = forms.CharField(required=False, label="Action", max_length=64, strip=True)
+    user = forms.CharField(required=False, label="User", max_length=150, strip=True)
+    since = forms.DateTimeField(required=False, label="Since (UTC)")
+    until = forms.DateTimeField(required=False, label="Until (UTC)")
+
+    def __init__(self, *args: Any, customers: list[tuple[str, str]], **kwargs: Any) -> None:
+        super().__init__(*args, **kwargs)
+        self.fields["customer"].choices = [("", "any customer"), *customers]
+
+
+@login_required
+def event_list(request: HttpRequest) -> HttpResponse:
+    if not audit_reader(request.user):
+        raise PermissionDenied("Reading the audit trail needs the admin role for a customer.")
+    events = audit_event_list(principal=request.user)
+    visible = events.exclude(customer_id=None).values("customer_id")
+    customers = [
+        (str(pk), name)
+        for pk, name in customer_list(principal=request.user)
+        .filter(pk__in=visible)
+        .values_list("pk", "name")
+    ]
+    form = AuditFilterForm(request.GET or None, customers=customers)
+    filters = form.cleaned_data if form.is_valid() else {}
+    if filters.get("customer"):
+        events = events.filter(customer_id=filters["customer"])
+    if filters.get("action"):
+        events = events.filter(action=filters["action"])
+    if filters.get("user"):
+        events = events.filter(username=filters["user"])
+    if filters.get("since"):
+        events = events.filter(created_at__gte=filters["since"])
+    if filters.get("until"):
+        events = events.filter(created_at__lt=filters["until"])
+    page = Paginator(events, EVENTS_PER_PAGE).get_page(request.GET.get("page"))
+    query = request.GET.copy()
+    query.pop("page", None)
+    context = {
+        "nav": "audit",
+        "form": form,
+        "page": page,
+        "query": query.urlencode(),
+        "filtered": any(filters.values()) if filters else False,
+    }
+    return render(request, "audit/event_list.html", context)
