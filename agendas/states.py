@@ -18,10 +18,9 @@ import time
 import uuid
 from collections.abc import Iterable, Sequence
 from datetime import datetime, timedelta
-from functools import partial
 
 from django.conf import settings
-from django.db import connection, transaction
+from django.db import connection
 from django.db.models import Case, Count, F, Max, Q, Value, When
 from django.db.models.functions import Coalesce
 from django.utils import timezone
@@ -29,6 +28,7 @@ from django_q.tasks import async_task
 
 from agendas.models import Agenda, AgendaProgress, Execution, OperationProgress
 from agendas.rows import RowLoader, load_row
+from popsite.after_commit import after_commit
 from resourcepools.models import Customer, Insight
 from scheduling.models import CallbackDelivery, QueuedAgenda, ReadyAgenda
 
@@ -241,7 +241,7 @@ def _log_completed(progress: AgendaProgress, *, now: datetime) -> None:
             "elapsed": round((now - agenda.created_at).total_seconds(), 3),
         }
     )
-    transaction.on_commit(partial(logger.info, line), robust=True)
+    after_commit(logger.info, line)
 
 
 def _enter_ready(progress: AgendaProgress, *, agenda: Agenda, now: datetime) -> None:
@@ -381,7 +381,7 @@ def fill_nudge(insight_ids: Iterable[object]) -> None:
     ids = sorted({str(insight_id) for insight_id in insight_ids})
     if not ids or mode == "off":
         return
-    transaction.on_commit(partial(_fill_nudge_now, ids, mode), robust=True)
+    after_commit(_fill_nudge_now, ids, mode)
 
 
 def _fill_nudge_now(insight_ids: list[str], mode: str) -> None:

@@ -100,3 +100,38 @@ def test_no_viewset_overrides_get_queryset():
         if path.name != "api.py" and "def get_queryset" in path.read_text()
     ]
     assert offenders == []
+
+
+AUDIT_WRITE_SIDE = ["models", "context", "middleware", "services", "admin_log", "apps", "admin"]
+DOMAIN_APPS = {"agendas", "scheduling", "resourcepools", "accounts"}
+
+
+def test_the_audit_write_side_imports_no_domain_app():
+    """Every domain service imports audit.services: audit must not import them back."""
+    offenders = []
+    for name in AUDIT_WRITE_SIDE:
+        path = ROOT / "audit" / f"{name}.py"
+        for node in ast.walk(ast.parse(path.read_text())):
+            modules = []
+            if isinstance(node, ast.Import):
+                modules = [alias.name for alias in node.names]
+            elif isinstance(node, ast.ImportFrom) and node.module:
+                modules = [node.module]
+            offenders += [
+                f"audit/{name}.py: {module}"
+                for module in modules
+                if module.split(".")[0] in DOMAIN_APPS
+            ]
+    assert offenders == []
+
+
+def test_every_after_commit_side_effect_goes_through_after_commit():
+    """`transaction.on_commit` lives in popsite/after_commit.py only: its wrapper is what
+    keeps a failing side effect from turning a committed request into an error."""
+    offenders = [
+        str(path.relative_to(ROOT))
+        for app in [*APPS, "accounts", "audit"]
+        for path in (ROOT / app).rglob("*.py")
+        if "on_commit(" in path.read_text() and path.name != "after_commit.py"
+    ]
+    assert offenders == []
