@@ -2,21 +2,20 @@
 
 from hmac import compare_digest
 
-from django.contrib.auth.models import AbstractBaseUser, AnonymousUser
+from django.contrib.auth.models import AbstractBaseUser
 from django.db.models import QuerySet
 from django.utils import timezone
 from knox.crypto import hash_token
 from knox.settings import CONSTANTS
 
 from accounts.models import ApiToken
+from core.principals import Principal, principal_is_staff
 
-Principal = AbstractBaseUser | AnonymousUser
 
-
-def token_list(*, principal: Principal | None) -> QuerySet[ApiToken]:
-    """The principal's own tokens; every token for staff and the trusted system (None)."""
+def token_list(*, principal: Principal) -> QuerySet[ApiToken]:
+    """The principal's own tokens; every token for staff and the system."""
     tokens = ApiToken.objects.select_related("user")
-    if principal is None or getattr(principal, "is_staff", False):
+    if principal_is_staff(principal):
         return tokens
     if not principal.is_authenticated:
         return tokens.none()

@@ -1,7 +1,8 @@
 """API token writes: issue (the key is shown once), revoke, and the throttled last-use stamp.
 
-Each public write checks the caller first and runs in one transaction. `principal=None` is
-the trusted system (management commands, other services that checked authority themselves).
+Each public write checks the caller first and runs in one transaction. `principal=SYSTEM` is
+the trusted system (management commands, other services that checked authority themselves and
+record the change in the audit trail themselves).
 """
 
 from dataclasses import dataclass
@@ -9,7 +10,7 @@ from datetime import datetime, timedelta
 from enum import Enum
 
 from django.conf import settings
-from django.contrib.auth.models import AbstractBaseUser, AnonymousUser
+from django.contrib.auth.models import AbstractBaseUser
 from django.core.exceptions import PermissionDenied, ValidationError
 from django.db import transaction
 from django.db.models import Q
@@ -17,8 +18,8 @@ from django.utils import timezone
 
 from accounts.models import ApiToken
 from audit.services import audit_record
+from core.principals import SYSTEM, Principal, principal_is_staff
 
-Principal = AbstractBaseUser | AnonymousUser
 #: `last_used_at` is rewritten at most this often per token, so a busy puller costs no writes.
 LAST_USED_RESOLUTION = timedelta(seconds=60)
 NAME_MAX_LENGTH = ApiToken._meta.get_field("name").max_length
@@ -43,8 +44,8 @@ def default_lifetime() -> timedelta | None:
     return timedelta(days=days) if days > 0 else None
 
 
-def _require_owner_or_staff(principal: Principal | None, user: AbstractBaseUser) -> None:
-    if principal is None or getattr(principal, "is_staff", False):
+def _require_owner_or_staff(principal: Principal, user: AbstractBaseUser) -> None:
+    if principal_is_staff(principal):
         return
     if not principal.is_authenticated or principal.pk != user.pk:
         raise PermissionDenied("Only the token's owner or staff may do this.")
@@ -62,7 +63,7 @@ def _clean_name(name: str) -> str:
 @transaction.atomic
 def token_issue(
     *,
-    principal: Principal | None,
+    principal: Principal,
     user: AbstractBaseUser,
     name: str,
     lifetime: timedelta | None | Lifetime = Lifetime.DEFAULT,
@@ -77,7 +78,7 @@ def token_issue(
         lifetime = default_lifetime()
     ApiToken.objects.filter(user=user, expiry__lte=timezone.now()).delete()
     token, key = ApiToken.objects.create(user=user, expiry=lifetime, name=name)
-    if principal is not None:  # None: a trusted caller, which records the change itself
+    if principal is not SYSTEM:  # SYSTEM: a trusted caller, which records the change itself
         audit_record(
             action="token.issue",
             principal=principal,
@@ -88,19 +89,19 @@ def token_issue(
 
 
 @transaction.atomic
-def token_revoke(*, principal: Principal | None, token: ApiToken) -> None:
+def token_revoke(*, principal: Principal, token: ApiToken) -> None:
     """Revoke one token (its owner, or staff): it stops authenticating at once."""
     _require_owner_or_staff(principal, token.user)
-    if principal is not None:  # None: a trusted caller, which records the change itself
+    if principal is not SYSTEM:  # SYSTEM: a trusted caller, which records the change itself
         audit_record(action="token.revoke", principal=principal, target=token)
     ApiToken.objects.filter(pk=token.pk).delete()
 
 
 @transaction.atomic
-def tokens_revoke_for_user(*, principal: Principal | None, user: AbstractBaseUser) -> int:
+def tokens_revoke_for_user(*, principal: Principal, user: AbstractBaseUser) -> int:
     """Revoke every token of `user` (the user themself, or staff); returns how many."""
     _require_owner_or_staff(principal, user)
-    if principal is not None:  # None: a trusted caller, which records the change itself
+    if principal is not SYSTEM:  # SYSTEM: a trusted caller, which records the change itself
         audit_record(action="token.revoke_all", principal=principal, target=user)
     return ApiToken.objects.filter(user=user).delete()[0]
 

@@ -4,7 +4,11 @@ from django.core.validators import MaxValueValidator, MinValueValidator
 from django.db import models
 from django.db.models import Q
 
-from popsite.models import OwnedModel
+from agendas.queue_models import CallbackDelivery, QueuedAgenda, ReadyAgenda
+from core.models import OwnedModel
+
+# The queue and outbox models register with this app from their own module.
+__all__ = ["CallbackDelivery", "QueuedAgenda", "ReadyAgenda"]
 
 
 class AgendaTemplate(OwnedModel):
@@ -13,7 +17,7 @@ class AgendaTemplate(OwnedModel):
     )
     name = models.CharField(max_length=200)
     description = models.TextField(blank=True, default="")
-    agenda = models.JSONField(help_text="Agenda body with @<…> references (DESIGN §4.3).")
+    agenda = models.JSONField(help_text="Agenda body with @<…> references (docs/design.md §5.3).")
     static_parameters = models.JSONField(default=dict, blank=True)
     payload_schema = models.JSONField(
         null=True, blank=True, help_text="Optional JSON Schema the run payload must satisfy."
@@ -90,7 +94,7 @@ class Agenda(OwnedModel):
 
 
 class AgendaProgress(OwnedModel):
-    """The mutable state of one agenda; its `state` is written only by agendas/states.py."""
+    """The mutable state of one agenda; its `state` is written only by agendas/states/."""
 
     class State(models.TextChoices):
         PENDING = "pending", "pending"

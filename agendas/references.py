@@ -1,4 +1,4 @@
-"""The `@<name::/json/pointer?fallback>` reference syntax (DESIGN §4.3, POP-REFERENCE §5.4)."""
+"""The `@<name::/json/pointer?fallback>` reference syntax (docs/design.md §5.3)."""
 
 import copy
 import json

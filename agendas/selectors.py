@@ -1,11 +1,18 @@
-"""Customer-scoped reads of agendas, templates and progress (DESIGN §6, §9)."""
+"""Customer-scoped reads of agendas, templates and progress (docs/design.md §9, §10.3)."""
+
+import re
+import uuid
 
 from django.db.models import Count, Prefetch, Q, QuerySet
 
 from agendas.models import Agenda, AgendaProgress, AgendaTemplate, Execution, OperationProgress
 from agendas.states import TERMINAL, S
 from resourcepools.models import Membership
-from resourcepools.selectors import Principal, customer_ids_with_role, principal_is_staff
+from resourcepools.selectors import (
+    Principal,
+    customer_ids_with_role,
+    principal_is_staff,
+)
 
 
 def _scoped(queryset: QuerySet, principal: Principal, field: str = "customer_id") -> QuerySet:
@@ -61,7 +68,7 @@ def agenda_template_list(*, principal: Principal) -> QuerySet[AgendaTemplate]:
 
 
 def progress_summary(*, principal: Principal, link_id: str) -> dict:
-    """DESIGN §6: the combined state of every visible agenda sharing `link_id`."""
+    """docs/design.md §9: the combined state of every visible agenda sharing `link_id`."""
     rows = list(
         agenda_progress_list(principal=principal)
         .filter(link_id=link_id)
@@ -98,3 +105,41 @@ def progress_summary(*, principal: Principal, link_id: str) -> dict:
             for row in rows
         ],
     }
+
+
+ID_PREFIX = re.compile(r"[0-9a-fA-F-]{8,35}")
+
+
+def agenda_search(
+    *,
+    principal: Principal,
+    state: str = "",
+    customer_id: object = None,
+    link_id: str = "",
+    template_id: object = None,
+    insight_id: object = None,
+    text: str = "",
+) -> QuerySet[Agenda]:
+    """Visible agendas matching the page's filters, newest first, without their operations."""
+    agendas = agenda_list(principal=principal).prefetch_related(None)
+    if state:
+        agendas = agendas.filter(progress__state=state)
+    if customer_id:
+        agendas = agendas.filter(customer_id=customer_id)
+    if link_id:
+        agendas = agendas.filter(link_id=link_id)
+    if template_id:
+        agendas = agendas.filter(template_id=template_id)
+    if insight_id:
+        agendas = agendas.filter(insight_id=insight_id)
+    text = text.strip()
+    if text:
+        try:
+            agendas = agendas.filter(Q(pk=uuid.UUID(text)) | Q(external_id=text))
+        except ValueError:
+            matches = Q(external_id__icontains=text)
+            if ID_PREFIX.fullmatch(text):
+                # The pages show ids shortened to their first 8 characters.
+                matches |= Q(pk__startswith=text.lower())
+            agendas = agendas.filter(matches)
+    return agendas.order_by("-created_at")

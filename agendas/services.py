@@ -1,7 +1,7 @@
-"""Agenda writes: submit, run a template, rerun, abort, pause, resume (DESIGN §4, §5.5).
+"""Agenda writes: submit, run a template, rerun, abort, pause, resume (docs/design.md §5, §7).
 
 Every public function checks the caller's role first, runs in one transaction and changes
-state only through agendas/states.py.
+state only through agendas/states/.
 """
 
 import inspect
@@ -30,6 +30,7 @@ from agendas.validation import (
     validate_operations,
 )
 from audit.services import audit_record, audit_record_bulk
+from core.errors import validation_messages
 from resourcepools.mapping import InsightCandidate, choose_insight
 from resourcepools.models import Customer, Membership
 from resourcepools.selectors import (
@@ -47,7 +48,7 @@ S = AgendaProgress.State
 SUBMIT_OPTIONS = OPTION_NAMES
 
 
-def submitting_customer(*, principal: Principal | None, customer: Customer | None) -> Customer:
+def submitting_customer(*, principal: Principal, customer: Customer | None) -> Customer:
     """The customer an agenda is submitted for: the given one, or the caller's only one."""
     if customer is not None:
         return customer
@@ -64,7 +65,7 @@ def submitting_customer(*, principal: Principal | None, customer: Customer | Non
 
 def agenda_submit(
     *,
-    principal: Principal | None,
+    principal: Principal,
     operations: Any,
     customer: Customer | None = None,
     params: dict | None = None,
@@ -129,7 +130,7 @@ def agenda_submit(
     return agenda, True
 
 
-def _checked_customer(*, principal: Principal | None, customer: Customer | None) -> Customer:
+def _checked_customer(*, principal: Principal, customer: Customer | None) -> Customer:
     """The submission's customer, once the caller may submit for it and it is active."""
     customer = submitting_customer(principal=principal, customer=customer)
     require_role(principal, customer.pk, Role.SUBMITTER)
@@ -176,7 +177,8 @@ def _unsaved_agenda(
 
 
 def template_expand(*, template: AgendaTemplate, payload: Any) -> dict:
-    """Validate `payload` against the template's schema and expand the template body (§4.3).
+    """Validate `payload` against the template's schema and expand the template body
+    (docs/design.md §5.3).
 
     The schema is applied offline, with RE2 and a deadline (agendas/payload_schema.py); one
     stored before those rules that breaks them is a 400 naming `payload_schema`, never used.
@@ -197,7 +199,7 @@ def template_expand(*, template: AgendaTemplate, payload: Any) -> dict:
 
 def template_run(
     *,
-    principal: Principal | None,
+    principal: Principal,
     template: AgendaTemplate,
     payload: Any,
     customer: Customer | None = None,
@@ -245,8 +247,9 @@ def _locked_progress(agenda: Agenda) -> AgendaProgress:
 
 
 @transaction.atomic
-def agenda_abort(*, principal: Principal | None, agenda: Agenda) -> AgendaProgress:
-    """Abort: waiting agendas at once; an executing one is flagged for its worker (§3)."""
+def agenda_abort(*, principal: Principal, agenda: Agenda) -> AgendaProgress:
+    """Abort: waiting agendas at once; an executing one is flagged for its worker (docs/design.md
+    §4)."""
     require_role(principal, agenda.customer_id, Role.SUBMITTER)
     progress = _locked_progress(agenda)
     audit_record(action="agenda.abort", target=agenda, detail={"state": progress.state})
@@ -261,7 +264,7 @@ def agenda_abort(*, principal: Principal | None, agenda: Agenda) -> AgendaProgre
 
 
 @transaction.atomic
-def agenda_pause(*, principal: Principal | None, agenda: Agenda) -> AgendaProgress:
+def agenda_pause(*, principal: Principal, agenda: Agenda) -> AgendaProgress:
     """Pause: waiting agendas at once; an executing one stops after its running operations."""
     require_role(principal, agenda.customer_id, Role.SUBMITTER)
     progress = _locked_progress(agenda)
@@ -276,7 +279,7 @@ def agenda_pause(*, principal: Principal | None, agenda: Agenda) -> AgendaProgre
 
 
 @transaction.atomic
-def agenda_resume(*, principal: Principal | None, agenda: Agenda) -> AgendaProgress:
+def agenda_resume(*, principal: Principal, agenda: Agenda) -> AgendaProgress:
     """Resume a paused agenda: back to ready, keeping its finished operations."""
     require_role(principal, agenda.customer_id, Role.SUBMITTER)
     progress = _locked_progress(agenda)
@@ -334,13 +337,14 @@ def _reset_expansion(
 @transaction.atomic
 def agenda_rerun(
     *,
-    principal: Principal | None,
+    principal: Principal,
     agenda: Agenda,
     mode: str = RerunMode.CONTINUE,
     operations: list[str] | None = None,
     skip_execution: bool = False,
 ) -> AgendaProgress:
-    """Run a finished, paused or held agenda again, resetting the chosen operations (§5.5).
+    """Run a finished, paused or held agenda again, resetting the chosen operations (docs/design.md
+    §7).
 
     Generated operations: `continue` keeps them, `reset_all` drops them (their generators
     run again), `operations_to_reset` drops those whose generator is reset (docs/decisions.md).
@@ -413,7 +417,8 @@ def agenda_rerun(
 
 
 def template_is_usable_by(template: AgendaTemplate, customer: Customer) -> bool:
-    """Whether `customer` may run `template`: its own, global, or shared with it (§9)."""
+    """Whether `customer` may run `template`: its own, global, or shared with it (docs/design.md
+    §10.3)."""
     return (
         template.customer_id == customer.pk
         or template.is_global
@@ -439,7 +444,7 @@ def _template_body_errors(*, agenda: Any, payload_schema: Any) -> dict[str, list
 
 
 def _sharing_errors(
-    principal: Principal | None, fields: dict[str, Any], template: AgendaTemplate | None = None
+    principal: Principal, fields: dict[str, Any], template: AgendaTemplate | None = None
 ) -> dict[str, list[str]]:
     """Only staff make a template global; an owner's admin may still un-share one."""
     turns_global = fields.get("is_global") and not (template and template.is_global)
@@ -459,7 +464,7 @@ def _template_save(template: AgendaTemplate, update_fields: list[str] | None) ->
 @transaction.atomic
 def agenda_template_create(
     *,
-    principal: Principal | None,
+    principal: Principal,
     customer: Customer | None = None,
     allowed_customers: list[Customer] | None = None,
     cid: str = "",
@@ -484,7 +489,7 @@ def agenda_template_create(
 @transaction.atomic
 def agenda_template_update(
     *,
-    principal: Principal | None,
+    principal: Principal,
     template: AgendaTemplate,
     allowed_customers: list[Customer] | None = None,
     **fields: Any,
@@ -509,7 +514,7 @@ def agenda_template_update(
 
 
 @transaction.atomic
-def agenda_template_delete(*, principal: Principal | None, template: AgendaTemplate) -> None:
+def agenda_template_delete(*, principal: Principal, template: AgendaTemplate) -> None:
     """Delete a template (its owner's admin); refused while a schedule uses it."""
     require_role(principal, template.customer_id, Role.ADMIN)
     audit_record(action="template.delete", target=template, detail={"name": template.name})
@@ -517,7 +522,7 @@ def agenda_template_delete(*, principal: Principal | None, template: AgendaTempl
 
 
 def agenda_template_preview(
-    *, principal: Principal | None, template: AgendaTemplate, payload: Any
+    *, principal: Principal, template: AgendaTemplate, payload: Any
 ) -> tuple[dict, dict[str, list[str]]]:
     """Expand the template with `payload` without submitting; returns (body, problems): what a
     run would refuse in the operations and, as `agenda.<name>`, in the body's options."""
@@ -534,7 +539,7 @@ def agenda_template_preview(
 
 def agenda_template_run(
     *,
-    principal: Principal | None,
+    principal: Principal,
     template: AgendaTemplate,
     payload: Any,
     customer: Customer | None = None,
@@ -572,12 +577,13 @@ BulkResult = Agenda | dict[str, list[str]]
 
 @transaction.atomic
 def agendas_submit_many(
-    *, principal: Principal | None, items: list[dict[str, Any]], cid: str = ""
+    *, principal: Principal, items: list[dict[str, Any]], cid: str = ""
 ) -> list[BulkResult]:
     """Submit many agendas; one result per item, in order: the agenda or its errors.
 
-    Each item is checked exactly as `agenda_submit` checks it and fails on its own (DESIGN
-    §4.1): an item whose idempotency key names an earlier agenda, of this batch or before it,
+    Each item is checked exactly as `agenda_submit` checks it and fails on its own
+    (docs/design.md §5.2): an item whose idempotency key names an earlier agenda, of this batch or
+    before it,
     returns that agenda. Customers, roles and insight candidates are resolved once per call;
     the good items are written together, one INSERT per table.
     """
@@ -615,13 +621,11 @@ def _bulk_item(item: dict[str, Any]) -> dict[str, Any]:
 def _bulk_errors(error: ValidationError | PermissionDenied) -> dict[str, list[str]]:
     if isinstance(error, PermissionDenied):
         return {"customer": [str(error)]}
-    return (
-        error.message_dict if hasattr(error, "error_dict") else {"non_field_errors": error.messages}
-    )
+    return validation_messages(error)
 
 
 def _bulk_plan(
-    *, principal: Principal | None, items: list[dict[str, Any]], cid: str
+    *, principal: Principal, items: list[dict[str, Any]], cid: str
 ) -> tuple[list[BulkResult], list[tuple[Agenda, datetime | None, bool]]]:
     """Check every item in Python; return the results and the (agenda, run_after, do_not_run)
     entries to write. Reads: the caller's customer (once), the earlier agendas of the items'

@@ -11,7 +11,7 @@ from django.core.exceptions import ValidationError
 from rest_framework import serializers
 
 from agendas.references import find_references
-from popsite.api import JSONObjectField, OptionalURLField, flatten_errors
+from core.api import JSONObjectField, OptionalURLField, flatten_errors
 
 
 class AgendaOptionsSerializer(serializers.Serializer):

@@ -1,4 +1,5 @@
-"""Cross-field checks of an agenda's operations and their dependency graph (DESIGN §4.2, §5.5)."""
+"""Cross-field checks of an agenda's operations and their dependency graph (docs/design.md §5.1,
+§7)."""
 
 import heapq
 from collections import deque
@@ -328,7 +329,8 @@ AGENDA_OPTION_RANGES: dict[str, tuple[int, int]] = {
 
 
 def validate_agenda_options(**options: Any) -> dict[str, list[str]]:
-    """Range checks of an agenda's numeric options (DESIGN §4.2), for every way in: the API's
+    """Range checks of an agenda's numeric options (docs/design.md §5.1), for every way in: the
+    API's
     serializers check them too, but a service caller (a schedule, the admin, a script) must
     get a field error, not an IntegrityError from the database's check constraints."""
     errors: dict[str, list[str]] = {}

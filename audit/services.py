@@ -15,7 +15,7 @@ from django.http import HttpRequest
 
 from audit.context import current_request
 from audit.models import AuditEvent
-from popsite.client_ip import client_ip
+from core.client_ip import client_ip
 
 SYSTEM_ACTOR = "system"
 ANONYMOUS_ACTOR = "anonymous"

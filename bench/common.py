@@ -208,6 +208,7 @@ def make_world(
     from django.contrib.auth import get_user_model
 
     from accounts.services import token_issue
+    from core.principals import SYSTEM
     from resourcepools.models import Customer, Insight, Membership, ResourcePool
 
     User = get_user_model()
@@ -233,7 +234,7 @@ def make_world(
         insight_id=str(insight.pk),
         owner_id=str(owner.pk),
         worker_user_id=worker.pk,
-        worker_token=token_issue(principal=None, user=worker, name="bench-worker").key,
+        worker_token=token_issue(principal=SYSTEM, user=worker, name="bench-worker").key,
         staff_user_id=staff.pk,
     )
     for number in range(customers):
@@ -248,7 +249,7 @@ def make_world(
         Membership.objects.create(user=user, customer=customer, role=Membership.Role.SUBMITTER)
         world.customers.append(str(customer.pk))
         world.submitters[str(customer.pk)] = user.pk
-        world.tokens[str(customer.pk)] = token_issue(principal=None, user=user, name="bench").key
+        world.tokens[str(customer.pk)] = token_issue(principal=SYSTEM, user=user, name="bench").key
     return world
 
 

@@ -2,7 +2,7 @@
 
 Prints the environment, runs each phase in its own process and its own PostgreSQL database
 (created from a freshly migrated template and dropped afterwards), then prints one table with
-the ratios and the DESIGN §13 targets and writes it, dated, into bench/RESULTS.md between the
+the ratios and the bench/RESULTS.md targets and writes it, dated, into bench/RESULTS.md between the
 `bench:begin`/`bench:end` markers (the analysis around them is kept).
 """
 

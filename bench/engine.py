@@ -50,7 +50,8 @@ def use_database(dbname: str) -> None:
 
 def worker(world: World, batch: int, batched: bool, seconds: float, start, out) -> None:
     from resourcepools.models import Insight
-    from scheduling.services import execution_report, execution_report_batch, insight_pull
+    from scheduling.pull import insight_pull
+    from scheduling.report import execution_report, execution_report_batch
 
     name = multiprocessing.current_process().name
     principal = user(world.worker_user_id)
@@ -143,7 +144,7 @@ def prepare(dbname: str, rows: int, sample: int) -> tuple[World, float, float]:
     rest of the ready set is written with set-based SQL, then one fill queues all of them."""
     from agendas.services import agenda_submit
     from resourcepools.models import Customer
-    from scheduling.services import insight_fill
+    from scheduling.fill import insight_fill
 
     world = make_world(customers=1, queue_size=rows)
     customer_id = world.customers[0]

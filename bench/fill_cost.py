@@ -57,7 +57,7 @@ def one_fill(insight_id: str) -> tuple[float, int, int, int]:
     """(ms, rows read, heap rows fetched, agendas moved) of one fill, rolled back."""
     from django.db import connection, transaction
 
-    from scheduling.services import insight_fill
+    from scheduling.fill import insight_fill
 
     figures: list = []
     try:

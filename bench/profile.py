@@ -65,12 +65,9 @@ def run(out: Path) -> None:
         django_setup(dbname, POP_FILL_NUDGE="off")
         from agendas.services import agenda_submit, agendas_submit_many
         from resourcepools.models import Customer, Insight
-        from scheduling.services import (
-            execution_report,
-            execution_report_batch,
-            insight_fill,
-            insight_pull,
-        )
+        from scheduling.fill import insight_fill
+        from scheduling.pull import insight_pull
+        from scheduling.report import execution_report, execution_report_batch
 
         world = make_world(customers=1, queue_size=8000)
         customer_id = world.customers[0]

@@ -28,10 +28,10 @@ def submitter(world: World, customer_ids: list[str], total: int, seconds: float,
 
 
 def filler(world: World, period: float, stop) -> None:
-    """The periodic fill of DESIGN §5.2 (every `period` seconds) until `stop` is set."""
+    """The periodic fill of docs/design.md §6.2 (every `period` seconds) until `stop` is set."""
     from django.db import close_old_connections
 
-    from scheduling.services import insights_fill
+    from scheduling.fill import insights_fill
 
     while not stop.is_set():
         insights_fill()
@@ -43,7 +43,8 @@ def puller(world: World, count: int, stop, out, *, wait_seconds: float = 0.5) ->
     """Pull `count` at a time and report each pulled agenda succeeded in one batch report,
     until `stop` is set; put (pulled, batch report failures) on `out`."""
     from resourcepools.models import Insight
-    from scheduling.services import execution_report_batch, insight_pull
+    from scheduling.pull import insight_pull
+    from scheduling.report import execution_report_batch
 
     name = multiprocessing.current_process().name
     principal = user(world.worker_user_id)

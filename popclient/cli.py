@@ -1,4 +1,4 @@
-"""``pop``: the POP command line (DESIGN §11). ``pop --help`` lists the commands.
+"""``pop``: the POP command line (popclient/README.md). ``pop --help`` lists the commands.
 
 Configuration, first match wins: the server from ``--url``, ``POP_URL``; the API token from
 ``--token-file``, ``POP_TOKEN``, ``POP_TOKEN_FILE``; then the file written by ``pop login``

@@ -1,4 +1,4 @@
-"""REST client for POP (DESIGN §8, §5.3, §5.4): one method per endpoint, typed errors.
+"""REST client for POP (docs/design.md §10, §6.3, §6.4): one method per endpoint, typed errors.
 
 Only httpx and the standard library are used, so a farm can run workers without the server.
 """
@@ -307,7 +307,7 @@ class PopClient:
     def submit_agenda(
         self, agenda: Mapping[str, Any], *, idempotency_key: str | None = None
     ) -> Any:
-        """Submit one ready-to-run agenda (DESIGN §4.1); returns the created agenda."""
+        """Submit one ready-to-run agenda (docs/design.md §5.1); returns the created agenda."""
         headers = {IDEMPOTENCY_HEADER: idempotency_key} if idempotency_key else None
         # With an idempotency key a repeat returns the first agenda, so 5xx may be retried.
         return self._post(
@@ -619,7 +619,7 @@ class PopClient:
         """Revoke one API token (yours; staff: anyone's)."""
         self._delete(f"tokens/{token_id}/")
 
-    # -- pullers (DESIGN §5.3, §5.4) ----------------------------------------------------
+    # -- pullers (docs/design.md §6.3, §6.4) ----------------------------------------------------
 
     def pull(
         self,

@@ -1,4 +1,4 @@
-"""Run one agenda's operations as a DAG (DESIGN §11, POP-REFERENCE §5.3).
+"""Run one agenda's operations as a DAG (popclient/README.md).
 
 - An operation depends on the operations named in its ``depends_on`` (a list, or POP's
   comma-separated string, also read from ``params.dependsOn``) and on every operation whose
@@ -68,7 +68,7 @@ def clip(text: str, limit: int = MAX_MESSAGE) -> str:
 
 
 def diagnostic(message: str, *, code: str = "error", detail: Any = None) -> dict[str, Any]:
-    """One diagnostics entry as DESIGN §2 shapes them: ``{time, message, code, detail}``."""
+    """One diagnostics entry as docs/design.md §3 shapes them: ``{time, message, code, detail}``."""
     return {"time": now_iso(), "message": clip(message), "code": code[:100], "detail": detail}
 
 
@@ -115,7 +115,7 @@ class OperationState:
     run_id: int = 0
 
     def report(self) -> dict[str, Any]:
-        """The sparse report item for this operation (DESIGN §5.4)."""
+        """The sparse report item for this operation (docs/design.md §6.4)."""
         item: dict[str, Any] = {
             "name": self.name,
             "state": self.state,
@@ -292,7 +292,7 @@ class DagRunner:
         return self._pause
 
     def percent_complete(self) -> float:
-        """``(succeeded × 100 + Σ running %) / n`` (DESIGN §5.4)."""
+        """``(succeeded × 100 + Σ running %) / n`` (docs/design.md §6.4)."""
         with self._lock:
             return self._percent()
 

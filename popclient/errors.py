@@ -1,4 +1,4 @@
-"""Typed errors raised by :class:`popclient.client.PopClient` (DESIGN §8 error codes)."""
+"""Typed errors raised by :class:`popclient.client.PopClient` (docs/design.md §10 error codes)."""
 
 from __future__ import annotations
 

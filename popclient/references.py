@@ -1,4 +1,4 @@
-"""Worker-side ``@<name::/json/pointer?fallback>`` references (DESIGN §4.3, POP-REFERENCE §5.4).
+"""Worker-side ``@<name::/json/pointer?fallback>`` references (docs/design.md §5.3).
 
 - A string that is exactly one reference becomes the referenced JSON value with its type
   (objects, arrays, strings, numbers, null and — unlike POP — booleans).

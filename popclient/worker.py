@@ -1,4 +1,5 @@
-"""The reference puller: long-poll pull, run agendas as DAGs, report progress (DESIGN §5.3–5.5).
+"""The reference puller: long-poll pull, run agendas as DAGs, report progress (docs/design.md
+§6.3–§7).
 
 One :class:`Worker` pulls from one insight, runs up to ``concurrency`` agendas at once
 (each in its own :class:`~popclient.dag.DagRunner`), and reports through one reporter

@@ -1,4 +1,4 @@
-"""Routes of the customer-facing REST API (DESIGN §8); puller routes are scheduling's."""
+"""Routes of the customer-facing REST API (docs/design.md §10); puller routes are scheduling's."""
 
 from django.urls import include, path, re_path
 from rest_framework.routers import DefaultRouter
@@ -12,7 +12,7 @@ from agendas.api.views import (
     ProgressSummaryView,
 )
 from audit.api.views import AuditEventViewSet
-from popsite.api import api_not_found
+from core.api import api_not_found
 from resourcepools.api.views import (
     AuthTokenView,
     CustomerViewSet,

@@ -1,31 +1,32 @@
-"""Aggregate reads for the operator pages (DESIGN §10), scoped through the §9 selectors.
+"""Aggregate reads for the operator pages (the README's Web pages), scoped through the selectors of
+docs/design.md §10.3.
 
 Every function takes the principal first and builds on the scoped selectors of the apps;
-numbers come from a bounded number of aggregate queries, never from loading rows in Python.
-"""
+numbers come from a bounded number of aggregate queries, never from loading rows in Python."""
 
-import re
-import uuid
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from datetime import datetime, timedelta
 
-from django.db.models import Count, Max, Min, Q, QuerySet
-from django.db.models.functions import Coalesce, TruncMinute
+from django.db.models import Count, Min
+from django.db.models.functions import TruncMinute
 from django.utils import timezone
 
-from agendas.models import Agenda, AgendaProgress, Execution
-from agendas.selectors import agenda_list
-from resourcepools.models import Insight, ResourcePool
-from resourcepools.selectors import Principal, insight_list, resource_pool_list
+from agendas.models import AgendaProgress
+from resourcepools.models import Insight
+from resourcepools.selectors import Principal, insight_list
 from scheduling.api.selectors import InsightQueue, alert_list, queue_stats
 from scheduling.models import Alert, QueuedAgenda
 
 State = AgendaProgress.State
+
+
 OUTCOMES = (State.SUCCEEDED, State.FAILED)
+
+
 THROUGHPUT_MINUTES = 60
-WORKERS_SEEN_WINDOW = timedelta(hours=24)
+
+
 OPEN_ALERTS_SHOWN = 20
-ID_PREFIX = re.compile(r"[0-9a-fA-F-]{8,35}")
 
 
 @dataclass(frozen=True)
@@ -160,111 +161,3 @@ def _minute_buckets(per_minute: dict[datetime, int], now: datetime) -> list[int]
             # The first partial minute of the hour window falls into the oldest bucket.
             buckets[0] += count
     return buckets
-
-
-# --- agendas list --------------------------------------------------------------------------
-
-
-def agenda_search(
-    *,
-    principal: Principal,
-    state: str = "",
-    customer_id: object = None,
-    link_id: str = "",
-    template_id: object = None,
-    insight_id: object = None,
-    text: str = "",
-) -> QuerySet[Agenda]:
-    """Visible agendas matching the page's filters, newest first, without their operations."""
-    agendas = agenda_list(principal=principal).prefetch_related(None)
-    if state:
-        agendas = agendas.filter(progress__state=state)
-    if customer_id:
-        agendas = agendas.filter(customer_id=customer_id)
-    if link_id:
-        agendas = agendas.filter(link_id=link_id)
-    if template_id:
-        agendas = agendas.filter(template_id=template_id)
-    if insight_id:
-        agendas = agendas.filter(insight_id=insight_id)
-    text = text.strip()
-    if text:
-        try:
-            agendas = agendas.filter(Q(pk=uuid.UUID(text)) | Q(external_id=text))
-        except ValueError:
-            matches = Q(external_id__icontains=text)
-            if ID_PREFIX.fullmatch(text):
-                # The pages show ids shortened to their first 8 characters.
-                matches |= Q(pk__startswith=text.lower())
-            agendas = agendas.filter(matches)
-    return agendas.order_by("-created_at")
-
-
-# --- pools & insights ------------------------------------------------------------------------
-
-
-@dataclass(frozen=True)
-class WorkerSeen:
-    """A puller name seen on an insight: when it last reported and what it holds now."""
-
-    name: str
-    last_seen_at: datetime
-    executing: int
-    executions: int
-
-
-@dataclass
-class InsightDetail:
-    insight: Insight
-    queue: InsightQueue
-    workers: list[WorkerSeen] = field(default_factory=list)
-
-
-@dataclass
-class PoolDetail:
-    pool: ResourcePool
-    insights: list[InsightDetail] = field(default_factory=list)
-
-
-def workers_seen(
-    *, insight_ids: list[object], now: datetime | None = None
-) -> dict[object, list[WorkerSeen]]:
-    """Per insight, the workers with an open execution or one started in the last 24 hours."""
-    since = (now or timezone.now()) - WORKERS_SEEN_WINDOW
-    seen: dict[object, list[WorkerSeen]] = {}
-    for row in (
-        Execution.objects.filter(insight_id__in=insight_ids)
-        .filter(Q(started_at__gte=since) | Q(outcome__isnull=True))
-        .values("insight_id", "worker")
-        .annotate(
-            last_seen_at=Max(Coalesce("last_report_at", "started_at")),
-            executing=Count("pk", filter=Q(outcome__isnull=True)),
-            executions=Count("pk"),
-        )
-        .order_by("-last_seen_at")
-    ):
-        seen.setdefault(row["insight_id"], []).append(
-            WorkerSeen(
-                name=row["worker"] or "(unnamed)",
-                last_seen_at=row["last_seen_at"],
-                executing=row["executing"],
-                executions=row["executions"],
-            )
-        )
-    return seen
-
-
-def pools_overview(*, principal: Principal, now: datetime | None = None) -> list[PoolDetail]:
-    """Visible pools with their visible insights, live queue depths and workers seen."""
-    insights = list(
-        insight_list(principal=principal).order_by("resource_pool__name", "order", "created_at")
-    )
-    pools = {pool.pk: PoolDetail(pool=pool) for pool in resource_pool_list(principal=principal)}
-    stats = queue_stats(principal=principal, insights=insights)
-    workers = workers_seen(insight_ids=[insight.pk for insight in insights], now=now)
-    for insight, queue in zip(insights, stats, strict=True):
-        detail = pools.setdefault(insight.resource_pool_id, PoolDetail(pool=insight.resource_pool))
-        detail.insights.append(
-            InsightDetail(insight=insight, queue=queue, workers=workers.get(insight.pk, []))
-        )
-    return sorted(pools.values(), key=lambda detail: detail.pool.name)

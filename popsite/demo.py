@@ -1,4 +1,4 @@
-"""Demo data for `make run` (DESIGN §12): idempotent, safe to load again."""
+"""Demo data for `make run` (docs/deploy.md): idempotent, safe to load again."""
 
 from dataclasses import dataclass, field
 
@@ -10,6 +10,7 @@ from accounts.selectors import token_for_key
 from accounts.services import token_issue
 from agendas.models import Agenda, AgendaTemplate
 from agendas.services import agenda_submit, template_run
+from core.principals import SYSTEM
 from resourcepools.models import Customer, Insight, Membership, ResourcePool
 from scheduling.models import Schedule
 
@@ -49,7 +50,9 @@ def _demo_worker_token(worker, previous: str) -> str:
     if token is not None and token.user_id == worker.pk:
         return previous
     ApiToken.objects.filter(user=worker, name=DEMO_WORKER_TOKEN_NAME).delete()
-    return token_issue(principal=None, user=worker, name=DEMO_WORKER_TOKEN_NAME, lifetime=None).key
+    return token_issue(
+        principal=SYSTEM, user=worker, name=DEMO_WORKER_TOKEN_NAME, lifetime=None
+    ).key
 
 
 @transaction.atomic
@@ -159,7 +162,7 @@ def demo_load(worker_token: str = "") -> DemoSummary:
             customer = Customer.objects.get(slug=slug)
             for number in range(3):
                 template_run(
-                    principal=None,
+                    principal=SYSTEM,
                     template=media,
                     customer=customer,
                     payload={"url": f"https://example.invalid/{slug}-{number}.mp4", "seconds": 1},
@@ -167,7 +170,7 @@ def demo_load(worker_token: str = "") -> DemoSummary:
                 )
                 summary.agendas_created += 1
             agenda_submit(
-                principal=None,
+                principal=SYSTEM,
                 customer=customer,
                 operations=[{"name": "hello", "type": "log", "payload": {"message": "hi"}}],
                 link_id=f"{slug}-demo",

@@ -1,27 +1,31 @@
-"""Routes of the operator pages (DESIGN §10); every one requires login."""
+"""Routes of the operator pages (the README's Web pages); every one requires login."""
 
 from django.urls import path
 
+from agendas import views as agenda_views
 from audit import views as audit_views
 from popsite import views
+from scheduling import views as scheduling_views
 
 app_name = "pages"
 
 urlpatterns = [
     path("", views.overview, name="overview"),
-    path("agendas/", views.agendas, name="agendas"),
-    path("agendas/<uuid:agenda_id>/", views.agenda_detail, name="agenda-detail"),
-    path("agendas/<uuid:agenda_id>/<slug:action>/", views.agenda_action, name="agenda-action"),
-    path("templates/", views.templates, name="templates"),
-    path("templates/<uuid:template_id>/", views.template_detail, name="template-detail"),
-    path("pools/", views.pools, name="pools"),
-    path("schedules/", views.schedules, name="schedules"),
-    path("schedules/<uuid:schedule_id>/", views.schedule_detail, name="schedule-detail"),
+    path("agendas/", agenda_views.agendas, name="agendas"),
+    path("agendas/<uuid:agenda_id>/", agenda_views.agenda_detail, name="agenda-detail"),
+    path(
+        "agendas/<uuid:agenda_id>/<slug:action>/", agenda_views.agenda_action, name="agenda-action"
+    ),
+    path("templates/", agenda_views.templates, name="templates"),
+    path("templates/<uuid:template_id>/", agenda_views.template_detail, name="template-detail"),
+    path("pools/", scheduling_views.pools, name="pools"),
+    path("schedules/", scheduling_views.schedules, name="schedules"),
+    path("schedules/<uuid:schedule_id>/", scheduling_views.schedule_detail, name="schedule-detail"),
     path(
         "schedules/<uuid:schedule_id>/<slug:action>/",
-        views.schedule_action,
+        scheduling_views.schedule_action,
         name="schedule-action",
     ),
-    path("progress/", views.progress, name="progress"),
+    path("progress/", agenda_views.progress, name="progress"),
     path("audit/", audit_views.event_list, name="audit"),
 ]

@@ -1,4 +1,4 @@
-"""POP settings: one module, configured only by the environment (DESIGN §12).
+"""POP settings: one module, configured only by the environment (docs/deploy.md).
 
 Every variable read here is listed in `.env.example` and the README, and so is every POP_*
 setting the code reads with `getattr(settings, ...)`: some of those (callback backoff and
@@ -41,6 +41,7 @@ INSTALLED_APPS = [
     "drf_spectacular",
     "drf_spectacular_sidecar",
     "django_q",
+    "core",
     "accounts",
     "popsite",
     "resourcepools",
@@ -120,7 +121,7 @@ LOGIN_URL = "login"
 LOGIN_REDIRECT_URL = "/"
 LOGOUT_REDIRECT_URL = "login"
 
-# Request bodies above 1 MiB are refused with 413 (DESIGN §4.2).
+# Request bodies above 1 MiB are refused with 413 (docs/design.md §5.1).
 POP_MAX_BODY_BYTES = env.int("POP_MAX_BODY_BYTES", default=1024 * 1024)
 DATA_UPLOAD_MAX_MEMORY_SIZE = POP_MAX_BODY_BYTES
 # JSON bodies nested deeper than this are refused with 400 before they are parsed.
@@ -149,10 +150,10 @@ REST_FRAMEWORK = {
         "django_filters.rest_framework.DjangoFilterBackend",
         "rest_framework.filters.OrderingFilter",
     ],
-    "DEFAULT_PAGINATION_CLASS": "popsite.pagination.Pagination",
+    "DEFAULT_PAGINATION_CLASS": "core.pagination.Pagination",
     "DEFAULT_SCHEMA_CLASS": "drf_spectacular.openapi.AutoSchema",
-    "DEFAULT_PARSER_CLASSES": ["popsite.parsers.LimitedJSONParser"],
-    "EXCEPTION_HANDLER": "popsite.api.exception_handler",
+    "DEFAULT_PARSER_CLASSES": ["core.parsers.LimitedJSONParser"],
+    "EXCEPTION_HANDLER": "core.api.exception_handler",
     "DEFAULT_THROTTLE_CLASSES": [
         "rest_framework.throttling.AnonRateThrottle",
         "rest_framework.throttling.UserRateThrottle",
@@ -225,7 +226,7 @@ AXES_FAILURE_LIMIT = env.int("POP_LOGIN_FAILURE_LIMIT", default=5)
 POP_LOGIN_COOLOFF_MINUTES = env.float("POP_LOGIN_COOLOFF_MINUTES", default=15.0)
 AXES_COOLOFF_TIME = POP_LOGIN_COOLOFF_MINUTES / 60  # hours
 AXES_LOCKOUT_PARAMETERS = ["username", "ip_address"]
-AXES_CLIENT_IP_CALLABLE = "popsite.client_ip.client_ip"
+AXES_CLIENT_IP_CALLABLE = "core.client_ip.client_ip"
 AXES_LOCKOUT_CALLABLE = "popsite.login_lockout.lockout_response"
 AXES_HTTP_RESPONSE_CODE = 429
 AXES_RESET_ON_SUCCESS = False  # a caller's own good login must not clear its address's count
@@ -271,7 +272,7 @@ CONTENT_SECURITY_POLICY = {
     },
 }
 
-# --- POP knobs (DESIGN §7, §12) -------------------------------------------------------------
+# --- POP knobs (docs/design.md §8, docs/deploy.md) ------------------------------------------------
 POP_FILL_INTERVAL = env.float("POP_FILL_INTERVAL", default=2.0)
 POP_PROMOTE_INTERVAL = env.float("POP_PROMOTE_INTERVAL", default=2.0)
 POP_RECLAIM_INTERVAL = env.float("POP_RECLAIM_INTERVAL", default=15.0)
@@ -295,6 +296,8 @@ POP_CRON_MISFIRE_GRACE_SECONDS = env.float(
 )
 POP_RETRY_DELAY_CAP_SECONDS = env.int("POP_RETRY_DELAY_CAP_SECONDS", default=600)
 POP_REAP_BATCH_SIZE = env.int("POP_REAP_BATCH_SIZE", default=1000)
+# The task a fill nudge enqueues (named here so the state machine never names the scheduler).
+POP_FILL_NUDGE_TASK = "scheduling.tasks.insight_fill"
 # Nudge a fill through django-q2 (async) or run it in the request's on_commit hook (sync).
 POP_FILL_NUDGE = env.str("POP_FILL_NUDGE", default="async")
 # At most one fill nudge per insight and process within this many seconds.
@@ -333,5 +336,6 @@ LOGGING = {
     "formatters": {"plain": {"format": "%(asctime)s %(levelname)s %(name)s %(message)s"}},
     "handlers": {"console": {"class": "logging.StreamHandler", "formatter": "plain"}},
     "root": {"handlers": ["console"], "level": env.str("LOG_LEVEL", default="INFO")},
-    "loggers": {"django_q": {"level": env.str("POP_Q_LOG_LEVEL", default="WARNING")}},
+    # django-q2 logs as "django-q" (with a hyphen): its INFO lines (every task) are noise.
+    "loggers": {"django-q": {"level": env.str("POP_Q_LOG_LEVEL", default="WARNING")}},
 }

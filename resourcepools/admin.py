@@ -1,9 +1,6 @@
-from django.contrib import admin, messages
-from django.db.models import QuerySet
-from django.http import HttpRequest
+from django.contrib import admin
 
 from resourcepools.models import Customer, Insight, Membership, ResourcePool
-from scheduling.services import insight_fill
 
 
 class MembershipInline(admin.TabularInline):
@@ -53,26 +50,6 @@ class ResourcePoolAdmin(admin.ModelAdmin):
     inlines = [InsightInline]
 
 
-@admin.action(description="Fill now: move ready agendas into the queue", permissions=["change"])
-def fill_now(modeladmin: admin.ModelAdmin, request: HttpRequest, queryset: QuerySet) -> None:
-    """Run the fill service (DESIGN §5.1) for each selected insight, now."""
-    moved, busy = 0, []
-    for insight in queryset:
-        result = insight_fill(insight_id=insight.pk)
-        moved += result.moved
-        if result.skipped:
-            busy.append(insight.name)
-    modeladmin.message_user(
-        request, f"{moved} agenda(s) queued from {len(queryset)} insight(s).", messages.SUCCESS
-    )
-    if busy:
-        modeladmin.message_user(
-            request,
-            f"Another fill was running for {', '.join(busy)}; those were skipped.",
-            messages.WARNING,
-        )
-
-
 @admin.register(Insight)
 class InsightAdmin(admin.ModelAdmin):
     list_display = [
@@ -87,4 +64,3 @@ class InsightAdmin(admin.ModelAdmin):
     list_filter = ["resource_pool", "scheduling_algorithm", "is_global"]
     search_fields = ["name", "resource_pool__name", "link_id"]
     filter_horizontal = ["allowed_customers"]
-    actions = [fill_now]

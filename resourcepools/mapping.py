@@ -1,4 +1,4 @@
-"""Which insight of a pool takes an agenda (DESIGN §4.4, POP-REFERENCE §3.1)."""
+"""Which insight of a pool takes an agenda (docs/design.md §5.1)."""
 
 import json
 from collections.abc import Iterable, Mapping, Sequence

@@ -3,7 +3,7 @@ from django.core.validators import MinValueValidator
 from django.db import models
 from django.db.models import Q
 
-from popsite.models import OwnedModel
+from core.models import OwnedModel
 
 
 class Customer(OwnedModel):

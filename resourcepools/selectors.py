@@ -1,25 +1,21 @@
-"""Who may see what (DESIGN §9): every customer-visible read starts here."""
+"""Who may see what (docs/design.md §10.3): every customer-visible read starts here."""
 
-from django.contrib.auth.models import AbstractBaseUser, AnonymousUser
 from django.core.exceptions import PermissionDenied
 from django.db.models import Exists, OuterRef, Q, QuerySet, Value
 
+from core.principals import Principal, SystemPrincipal, principal_is_staff
 from resourcepools.mapping import InsightCandidate
 from resourcepools.models import Customer, Insight, Membership, ResourcePool
 
 Role = Membership.Role
-Principal = AbstractBaseUser | AnonymousUser
 # viewer < submitter < admin; `worker` is outside the ladder: it pulls and reports only.
 ROLE_RANK: dict[str, int] = {Role.VIEWER: 1, Role.SUBMITTER: 2, Role.ADMIN: 3, Role.WORKER: 0}
 
 
-def principal_is_staff(principal: Principal | None) -> bool:
-    """True for the trusted system (None) and for active staff users."""
-    return principal is None or bool(getattr(principal, "is_staff", False))
-
-
 def membership_roles(principal: Principal) -> dict:
     """Map customer id → role for the principal's memberships (cached on the user object)."""
+    if isinstance(principal, SystemPrincipal):
+        return {}
     cached = getattr(principal, "_pop_roles", None)
     if cached is None:
         cached = {}
@@ -33,7 +29,7 @@ def membership_roles(principal: Principal) -> dict:
     return cached
 
 
-def has_role(principal: Principal | None, customer_id: object, role: str) -> bool:
+def has_role(principal: Principal, customer_id: object, role: str) -> bool:
     """Whether the principal holds `role` (or better) for the customer; staff hold every role."""
     if principal_is_staff(principal):
         return True
@@ -45,7 +41,7 @@ def has_role(principal: Principal | None, customer_id: object, role: str) -> boo
     return ROLE_RANK[held] >= ROLE_RANK[role]
 
 
-def require_role(principal: Principal | None, customer_id: object, role: str) -> None:
+def require_role(principal: Principal, customer_id: object, role: str) -> None:
     """Raise PermissionDenied (403) unless the principal holds `role` for the customer."""
     if not has_role(principal, customer_id, role):
         raise PermissionDenied(f"This action needs the {role} role for this customer.")
@@ -131,7 +127,8 @@ def insight_visible_get(*, principal: Principal, insight_id: object) -> Insight 
 
 
 def insight_candidates_for(customer: Customer) -> list[InsightCandidate]:
-    """Insights of the customer's pool it may submit to (global, owned, or allowed; §4.4)."""
+    """Insights of the customer's pool it may submit to (global, owned, or allowed; docs/design.md
+    §5.1)."""
     if customer.resource_pool_id is None:
         return []
     insights = Insight.objects.filter(resource_pool_id=customer.resource_pool_id).filter(

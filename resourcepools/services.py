@@ -1,4 +1,5 @@
-"""Facility writes: customers, members and their tokens, resource pools, insights (DESIGN §9).
+"""Facility writes: customers, members and their tokens, resource pools, insights (docs/design.md
+§10.3).
 
 Each public function checks the caller's role first and runs in one transaction.
 """
@@ -16,6 +17,7 @@ from accounts import services as tokens
 from accounts.models import ApiToken
 from accounts.selectors import token_list_for_user
 from audit.services import audit_record
+from core.principals import SYSTEM
 from resourcepools.models import Customer, Insight, Membership, ResourcePool
 from resourcepools.selectors import (
     Principal,
@@ -30,14 +32,14 @@ Role = Membership.Role
 CUSTOMER_ADMIN_FIELDS = frozenset({"callback_url", "callback_secret", "link_id"})
 
 
-def require_staff(principal: Principal | None) -> None:
+def require_staff(principal: Principal) -> None:
     """Raise PermissionDenied (403) unless the principal is staff."""
     if not principal_is_staff(principal):
         raise PermissionDenied("Only staff may do this.")
 
 
 def acting_customer(
-    *, principal: Principal | None, customer: Customer | None, role: str, field: str = "customer"
+    *, principal: Principal, customer: Customer | None, role: str, field: str = "customer"
 ) -> Customer:
     """The customer a write is for: the given one, or the caller's only one holding `role`."""
     if customer is not None:
@@ -76,7 +78,7 @@ def _apply(instance: Any, fields: dict[str, Any]) -> list[str]:
 
 
 @transaction.atomic
-def customer_create(*, principal: Principal | None, cid: str = "", **fields: Any) -> Customer:
+def customer_create(*, principal: Principal, cid: str = "", **fields: Any) -> Customer:
     """Create a customer (staff only)."""
     require_staff(principal)
     customer = Customer(cid=cid, **fields)
@@ -86,7 +88,7 @@ def customer_create(*, principal: Principal | None, cid: str = "", **fields: Any
 
 
 @transaction.atomic
-def customer_update(*, principal: Principal | None, customer: Customer, **fields: Any) -> Customer:
+def customer_update(*, principal: Principal, customer: Customer, **fields: Any) -> Customer:
     """Change a customer: staff anything, the customer's admin only its callback settings."""
     if not principal_is_staff(principal):
         require_role(principal, customer.pk, Role.ADMIN)
@@ -100,7 +102,7 @@ def customer_update(*, principal: Principal | None, customer: Customer, **fields
 
 
 @transaction.atomic
-def customer_delete(*, principal: Principal | None, customer: Customer) -> None:
+def customer_delete(*, principal: Principal, customer: Customer) -> None:
     """Delete a customer and everything it owns (staff only; refused while it owns a pool)."""
     require_staff(principal)
     audit_record(action="customer.delete", target=customer, detail={"slug": customer.slug})
@@ -114,7 +116,7 @@ def customer_delete(*, principal: Principal | None, customer: Customer) -> None:
 USERNAME_REFUSED = "This username cannot be used."
 
 
-def _may_attach(principal: Principal | None, user: AbstractBaseUser) -> bool:
+def _may_attach(principal: Principal, user: AbstractBaseUser) -> bool:
     """Whether the principal may make an existing user a member: staff, or an admin of one of
     the customers the user already belongs to (a user of its own)."""
     if principal_is_staff(principal):
@@ -131,7 +133,7 @@ def _admin_count(customer_id: object) -> int:
 @transaction.atomic
 def membership_create(
     *,
-    principal: Principal | None,
+    principal: Principal,
     customer: Customer,
     username: str,
     role: str,
@@ -176,9 +178,7 @@ def membership_create(
 
 
 @transaction.atomic
-def membership_update(
-    *, principal: Principal | None, membership: Membership, role: str
-) -> Membership:
+def membership_update(*, principal: Principal, membership: Membership, role: str) -> Membership:
     """Change a member's role (customer admin); a customer keeps at least one admin."""
     require_role(principal, membership.customer_id, Role.ADMIN)
     membership = Membership.objects.select_for_update().get(pk=membership.pk)
@@ -196,7 +196,7 @@ def membership_update(
 
 
 @transaction.atomic
-def membership_delete(*, principal: Principal | None, membership: Membership) -> None:
+def membership_delete(*, principal: Principal, membership: Membership) -> None:
     """Remove a member (customer admin); a customer keeps at least one admin."""
     require_role(principal, membership.customer_id, Role.ADMIN)
     membership = Membership.objects.select_for_update().get(pk=membership.pk)
@@ -210,7 +210,7 @@ def membership_delete(*, principal: Principal | None, membership: Membership) ->
     membership.delete()
 
 
-def _require_token_authority(principal: Principal | None, user: AbstractBaseUser) -> None:
+def _require_token_authority(principal: Principal, user: AbstractBaseUser) -> None:
     """A token acts with all of its user's rights, so only someone holding them may mint it."""
     if principal_is_staff(principal):
         return
@@ -235,7 +235,7 @@ MEMBER_TOKEN_NAME = "api"
 @transaction.atomic
 def token_issue(
     *,
-    principal: Principal | None,
+    principal: Principal,
     membership: Membership,
     name: str = MEMBER_TOKEN_NAME,
     lifetime: Any = tokens.Lifetime.DEFAULT,
@@ -246,24 +246,22 @@ def token_issue(
     _require_token_authority(principal, membership.user)
     audit_record(action="member.token_issue", target=membership, detail={"name": name})
     ApiToken.objects.filter(user=membership.user, name=name.strip()).delete()
-    return tokens.token_issue(principal=None, user=membership.user, name=name, lifetime=lifetime)
+    return tokens.token_issue(principal=SYSTEM, user=membership.user, name=name, lifetime=lifetime)
 
 
 @transaction.atomic
-def token_revoke(
-    *, principal: Principal | None, membership: Membership, token_id: object = None
-) -> int:
+def token_revoke(*, principal: Principal, membership: Membership, token_id: object = None) -> int:
     """Revoke one of the member's API tokens (`token_id`), or all of them (customer admin);
     returns how many were revoked."""
     require_role(principal, membership.customer_id, Role.ADMIN)
     _require_token_authority(principal, membership.user)
     audit_record(action="member.token_revoke", target=membership, detail={"token": token_id})
     if token_id is None:
-        return tokens.tokens_revoke_for_user(principal=None, user=membership.user)
+        return tokens.tokens_revoke_for_user(principal=SYSTEM, user=membership.user)
     return ApiToken.objects.filter(user=membership.user, pk=token_id).delete()[0]
 
 
-def member_token_list(*, principal: Principal | None, membership: Membership) -> Any:
+def member_token_list(*, principal: Principal, membership: Membership) -> Any:
     """The member's API tokens, for a customer admin who may issue them (a read)."""
     require_role(principal, membership.customer_id, Role.ADMIN)
     _require_token_authority(principal, membership.user)
@@ -275,7 +273,7 @@ def member_token_list(*, principal: Principal | None, membership: Membership) ->
 
 @transaction.atomic
 def resource_pool_create(
-    *, principal: Principal | None, owner: Customer, cid: str = "", **fields: Any
+    *, principal: Principal, owner: Customer, cid: str = "", **fields: Any
 ) -> ResourcePool:
     """Create a pool run by `owner` (staff only: staff decide which customers use a pool)."""
     require_staff(principal)
@@ -287,7 +285,7 @@ def resource_pool_create(
 
 @transaction.atomic
 def resource_pool_update(
-    *, principal: Principal | None, pool: ResourcePool, **fields: Any
+    *, principal: Principal, pool: ResourcePool, **fields: Any
 ) -> ResourcePool:
     """Change a pool (staff, or its owner's admin; only staff hand it to another owner)."""
     require_role(principal, pool.owner_id, Role.ADMIN)
@@ -302,7 +300,7 @@ def resource_pool_update(
 
 
 @transaction.atomic
-def resource_pool_delete(*, principal: Principal | None, pool: ResourcePool) -> None:
+def resource_pool_delete(*, principal: Principal, pool: ResourcePool) -> None:
     """Delete a pool and its insights (staff, or its owner's admin)."""
     require_role(principal, pool.owner_id, Role.ADMIN)
     audit_record(
@@ -311,7 +309,7 @@ def resource_pool_delete(*, principal: Principal | None, pool: ResourcePool) -> 
     pool.delete()
 
 
-def _require_staff_for_global(principal: Principal | None) -> None:
+def _require_staff_for_global(principal: Principal) -> None:
     """A global insight is offered to every customer of its pool and listed to all customers:
     only staff make an insight global or restricted again (403)."""
     if not principal_is_staff(principal):
@@ -319,7 +317,7 @@ def _require_staff_for_global(principal: Principal | None) -> None:
 
 
 def _require_sharing_within_pool(
-    principal: Principal | None, pool: ResourcePool, customers: Iterable[Customer]
+    principal: Principal, pool: ResourcePool, customers: Iterable[Customer]
 ) -> None:
     """A pool owner's admin shares an insight only with the pool's owner and the customers
     staff assigned to the pool (400 on allowed_customers); staff share with anyone."""
@@ -345,7 +343,7 @@ def _require_sharing_within_pool(
 @transaction.atomic
 def insight_create(
     *,
-    principal: Principal | None,
+    principal: Principal,
     resource_pool: ResourcePool,
     allowed_customers: list[Customer] | None = None,
     cid: str = "",
@@ -368,7 +366,7 @@ def insight_create(
 @transaction.atomic
 def insight_update(
     *,
-    principal: Principal | None,
+    principal: Principal,
     insight: Insight,
     allowed_customers: list[Customer] | None = None,
     **fields: Any,
@@ -401,7 +399,7 @@ def insight_update(
 
 
 @transaction.atomic
-def insight_delete(*, principal: Principal | None, insight: Insight) -> None:
+def insight_delete(*, principal: Principal, insight: Insight) -> None:
     """Delete an insight (staff, or the pool owner's admin; refused while agendas use it)."""
     require_role(principal, insight.resource_pool.owner_id, Role.ADMIN)
     audit_record(action="insight.delete", customer=insight.resource_pool.owner_id, target=insight)

@@ -1,10 +1,15 @@
 import copy
 
 from django import forms
-from django.contrib import admin
+from django.contrib import admin, messages
 from django.core.exceptions import ValidationError
+from django.db.models import QuerySet
 from django.forms.models import construct_instance
+from django.http import HttpRequest
 
+from resourcepools.admin import InsightAdmin as BaseInsightAdmin
+from resourcepools.models import Insight
+from scheduling.fill import insight_fill
 from scheduling.models import (
     Alert,
     AlertRule,
@@ -118,3 +123,33 @@ class AlertAdmin(ReadOnlyAdmin):
     list_display = ["rule", "customer", "state", "value", "opened_at", "resolved_at"]
     list_filter = ["state", "customer"]
     search_fields = ["rule__name", "message"]
+
+
+@admin.action(description="Fill now: move ready agendas into the queue", permissions=["change"])
+def fill_now(modeladmin: admin.ModelAdmin, request: HttpRequest, queryset: QuerySet) -> None:
+    """Run the fill service (docs/design.md §6.1) for each selected insight, now."""
+    moved, busy = 0, []
+    for insight in queryset:
+        result = insight_fill(insight_id=insight.pk)
+        moved += result.moved
+        if result.skipped:
+            busy.append(insight.name)
+    modeladmin.message_user(
+        request, f"{moved} agenda(s) queued from {len(queryset)} insight(s).", messages.SUCCESS
+    )
+    if busy:
+        modeladmin.message_user(
+            request,
+            f"Another fill was running for {', '.join(busy)}; those were skipped.",
+            messages.WARNING,
+        )
+
+
+# The insight admin lives with its model in resourcepools; the scheduler adds its action here,
+# so resourcepools never imports the scheduler.
+admin.site.unregister(Insight)
+
+
+@admin.register(Insight)
+class InsightAdmin(BaseInsightAdmin):
+    actions = [fill_now]

@@ -1,4 +1,4 @@
-"""The `alerts` timed process: evaluate `AlertRule`s, open and resolve `Alert`s (DESIGN §7).
+"""The `alerts` timed process: evaluate `AlertRule`s, open and resolve `Alert`s (docs/design.md §8).
 
 A rule measures one value over its scope — the insight when the rule names one (all
 customers' work on it), else the rule's customer (its work on every insight):

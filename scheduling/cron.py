@@ -1,4 +1,4 @@
-"""Cron arithmetic for `Schedule` (DESIGN §2, §7): pure functions, no ORM.
+"""Cron arithmetic for `Schedule` (docs/design.md §3, §8): pure functions, no ORM.
 
 A schedule's cron expression is read in its IANA time zone, on the wall clock, and every
 result is an aware UTC datetime. Daylight-saving changes follow the traditional cron rules:

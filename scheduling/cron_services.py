@@ -1,4 +1,5 @@
-"""The `cron` timed process: run due schedules, expire ended ones (DESIGN §2 `Schedule`, §7).
+"""The `cron` timed process: run due schedules, expire ended ones (docs/design.md §3 `Schedule`,
+§7).
 
 Schedule writes made by people (create, pause, resume, trigger) live in
 scheduling/schedule_services.py; this module is what the scheduler does on its own.
@@ -22,6 +23,7 @@ from django.db.models import Q
 from django.utils import timezone
 
 from agendas.services import template_is_usable_by, template_run
+from core.principals import SYSTEM
 from scheduling import cron
 from scheduling.models import Schedule
 from scheduling.schedule_services import schedule_has_unfinished_run
@@ -174,7 +176,7 @@ def _submit_run(schedule: Schedule, *, occurrence: datetime) -> bool:
     try:
         with transaction.atomic():
             template_run(
-                principal=None,
+                principal=SYSTEM,
                 template=schedule.template,
                 payload=schedule.payload,
                 customer=schedule.customer,

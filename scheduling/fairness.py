@@ -1,4 +1,4 @@
-"""Which ready agendas a fill moves into an insight's queue (DESIGN §5.1, POP-REFERENCE §3.4).
+"""Which ready agendas a fill moves into an insight's queue (docs/design.md §6.1).
 
 Every picker takes `candidates`: customer id → that customer's ready agendas, already ordered
 `priority` desc then `added_at` asc, and already truncated to what the customer may take now

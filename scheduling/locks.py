@@ -1,4 +1,4 @@
-"""Per-insight fill lock (DESIGN §5.1), single-flight locks for slow tasks, and the one
+"""Per-insight fill lock (docs/design.md §6.1), single-flight locks for slow tasks, and the one
 place that asks which database this is.
 
 On PostgreSQL the lock is a transaction-scoped advisory *try*-lock: a second filler of the

@@ -1,4 +1,4 @@
-"""Prometheus series of DESIGN §7.
+"""Prometheus series of docs/design.md §8.
 
 Two kinds:
 - Levels (ready / queued / executing per insight, per customer too with

@@ -1,4 +1,4 @@
-"""Operational endpoints at the site root: GET /metrics, /healthz, /readyz (DESIGN §7)."""
+"""Operational endpoints at the site root: GET /metrics, /healthz, /readyz (docs/design.md §8)."""
 
 import hmac
 from datetime import timedelta

@@ -1,4 +1,5 @@
-"""Cron schedule writes: create, change, pause, resume, trigger (DESIGN §2 `Schedule`, §7 cron).
+"""Cron schedule writes: create, change, pause, resume, trigger (docs/design.md §3 `Schedule`, §7
+cron).
 
 Each public function checks the caller's role first and runs in one transaction. The timed
 `cron` process that runs due schedules is scheduling/cron_services.py; the cron arithmetic
@@ -111,7 +112,7 @@ def _save(schedule: Schedule, update_fields: list[str] | None) -> None:
 @transaction.atomic
 def schedule_create(
     *,
-    principal: Principal | None,
+    principal: Principal,
     template: AgendaTemplate,
     customer: Customer | None = None,
     cid: str = "",
@@ -128,7 +129,7 @@ def schedule_create(
 
 
 @transaction.atomic
-def schedule_update(*, principal: Principal | None, schedule: Schedule, **fields: Any) -> Schedule:
+def schedule_update(*, principal: Principal, schedule: Schedule, **fields: Any) -> Schedule:
     """Change a schedule (its customer's admin); replans the next run."""
     require_role(principal, schedule.customer_id, Role.ADMIN)
     fields.pop("customer", None)
@@ -151,7 +152,7 @@ def schedule_save_checked(schedule: Schedule) -> Schedule:
 
 
 @transaction.atomic
-def schedule_delete(*, principal: Principal | None, schedule: Schedule) -> None:
+def schedule_delete(*, principal: Principal, schedule: Schedule) -> None:
     """Delete a schedule (its customer's admin); its agendas stay."""
     require_role(principal, schedule.customer_id, Role.ADMIN)
     audit_record(action="schedule.delete", target=schedule, detail={"name": schedule.name})
@@ -163,7 +164,7 @@ def _locked(schedule: Schedule) -> Schedule:
 
 
 @transaction.atomic
-def schedule_pause(*, principal: Principal | None, schedule: Schedule) -> Schedule:
+def schedule_pause(*, principal: Principal, schedule: Schedule) -> Schedule:
     """Pause an active schedule (its customer's admin); locks the schedule row."""
     require_role(principal, schedule.customer_id, Role.ADMIN)
     schedule = _locked(schedule)
@@ -179,7 +180,7 @@ def schedule_pause(*, principal: Principal | None, schedule: Schedule) -> Schedu
 
 
 @transaction.atomic
-def schedule_resume(*, principal: Principal | None, schedule: Schedule) -> Schedule:
+def schedule_resume(*, principal: Principal, schedule: Schedule) -> Schedule:
     """Resume a paused schedule from now on (its customer's admin); locks the schedule row."""
     require_role(principal, schedule.customer_id, Role.ADMIN)
     schedule = _locked(schedule)
@@ -215,7 +216,7 @@ def schedule_has_unfinished_run(schedule: Schedule) -> bool:
 
 
 @transaction.atomic
-def schedule_trigger(*, principal: Principal | None, schedule: Schedule, cid: str = "") -> Agenda:
+def schedule_trigger(*, principal: Principal, schedule: Schedule, cid: str = "") -> Agenda:
     """Run the schedule's template once now, outside its cron timing (submitter).
 
     Only an active schedule runs, and its `overlap=skip` holds for a run by hand as for one

@@ -1,4 +1,4 @@
-"""RECURRING: every timed process of DESIGN §7, declared once.
+"""RECURRING: every timed process of docs/design.md §8, declared once.
 
 `manage.py pop_schedules` turns this list into django-q2 `Schedule` rows.
 

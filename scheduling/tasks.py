@@ -1,4 +1,5 @@
-"""django-q2 entry points (DESIGN §7). Each takes ids or nothing, calls one service, and is safe
+"""django-q2 entry points (docs/design.md §8). Each takes ids or nothing, calls one service, and is
+safe
 to run twice at once. How the sub-minute periods run: see scheduling/schedules.py."""
 
 import logging
@@ -10,7 +11,8 @@ from django.utils.module_loading import import_string
 from django_q.models import Schedule as QSchedule
 from django_q.tasks import async_task
 
-from scheduling import services
+from scheduling import fill as fill_service
+from scheduling import timed as timed_service
 from scheduling.alerts import alerts_evaluate
 from scheduling.callbacks import callbacks_deliver
 from scheduling.cron_services import schedules_run_due
@@ -21,16 +23,16 @@ logger = logging.getLogger("pop.scheduling")
 
 
 def insight_fill(insight_id: str) -> int:
-    """Fill one insight's queue (the on-commit nudge of DESIGN §5.2)."""
-    return services.insight_fill(insight_id=insight_id).moved
+    """Fill one insight's queue (the on-commit nudge of docs/design.md §6.2)."""
+    return fill_service.insight_fill(insight_id=insight_id).moved
 
 
 def fill() -> int:
     """Fill every insight with room and ready work; one insight's error spares the others."""
     moved = 0
-    for insight_id in services.insights_to_fill():
+    for insight_id in fill_service.insights_to_fill():
         try:
-            moved += services.insight_fill(insight_id=insight_id).moved
+            moved += fill_service.insight_fill(insight_id=insight_id).moved
         except Exception:  # this task's outermost loop: log, go on with the next insight
             logger.exception("fill of insight %s failed", insight_id)
     return moved
@@ -38,22 +40,22 @@ def fill() -> int:
 
 def promote() -> int:
     """Pending agendas whose run_after passed → ready."""
-    return services.agendas_promote()
+    return timed_service.agendas_promote()
 
 
 def reclaim() -> int:
     """Executions whose lease expired → retry policy (or aborted)."""
-    return services.executions_reclaim()
+    return timed_service.executions_reclaim()
 
 
 def time_out() -> int:
     """Executions past their insight's max_execution_seconds → timed_out failure."""
-    return services.executions_time_out()
+    return timed_service.executions_time_out()
 
 
 def reap() -> int:
     """Terminal agendas past their customer's TTL → deleted."""
-    return services.agendas_reap()
+    return timed_service.agendas_reap()
 
 
 def callbacks() -> int:

@@ -8,6 +8,7 @@ from rest_framework.test import APIClient
 from accounts.services import token_issue
 from agendas import states
 from agendas.services import agenda_submit
+from core.principals import SYSTEM
 from resourcepools.models import Customer, Insight, Membership
 from tests.factories import (
     CustomerFactory,
@@ -141,7 +142,7 @@ def api_client_for(db):
     def client_for(principal_or_user) -> APIClient:
         user = getattr(principal_or_user, "user", principal_or_user)
         if user.pk not in keys:
-            keys[user.pk] = token_issue(principal=None, user=user, name="tests").key
+            keys[user.pk] = token_issue(principal=SYSTEM, user=user, name="tests").key
         client = APIClient()
         client.credentials(HTTP_AUTHORIZATION=f"Token {keys[user.pk]}")
         return client

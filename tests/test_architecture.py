@@ -1,11 +1,12 @@
-"""Ratchets: the rules of STYLE §4.2 that a grep can hold."""
+"""Ratchets: the code's rules (docs/architecture.md §3) that a grep can hold."""
 
 import ast
 import re
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parent.parent
-APPS = ["agendas", "scheduling", "resourcepools", "popsite"]
+APPS = ["core", "accounts", "audit", "agendas", "scheduling", "resourcepools", "popsite"]
+STATE_MACHINE = ROOT / "agendas" / "states"
 STATE_WRITE = re.compile(
     r"(\.state\s*=[^=]|\bstate\s*=\s*(S|OpState|AgendaProgress\.State|OperationProgress\.State)\.)"
 )
@@ -21,7 +22,7 @@ def _sources():
 def test_only_the_state_machine_writes_agenda_or_operation_state():
     offenders = []
     for path in _sources():
-        if path == ROOT / "agendas" / "states.py":
+        if path.is_relative_to(STATE_MACHINE):
             continue
         for number, line in enumerate(path.read_text().splitlines(), 1):
             if STATE_WRITE.search(line) and "Schedule" not in line and "Alert" not in line:
@@ -61,7 +62,7 @@ def test_only_the_state_machine_writes_agenda_or_operation_state_by_any_means():
     offenders = [
         f"{path.relative_to(ROOT)}:{line}: {source[:120]}"
         for path in _sources()
-        if path != ROOT / "agendas" / "states.py"
+        if not path.is_relative_to(STATE_MACHINE)
         for line, source in _state_writes(ast.parse(path.read_text()))
         if not OTHER_STATEFUL.search(source)
     ]
@@ -77,7 +78,7 @@ def test_only_the_state_machine_touches_the_progress_tables_in_raw_sql():
     offenders = [
         str(path.relative_to(ROOT))
         for path in _sources()
-        if path != ROOT / "agendas" / "states.py" and RAW_PROGRESS_TABLE.search(path.read_text())
+        if not path.is_relative_to(STATE_MACHINE) and RAW_PROGRESS_TABLE.search(path.read_text())
     ]
     assert offenders == []
 
@@ -126,7 +127,7 @@ def test_the_audit_write_side_imports_no_domain_app():
 
 
 def test_every_after_commit_side_effect_goes_through_after_commit():
-    """`transaction.on_commit` lives in popsite/after_commit.py only: its wrapper is what
+    """`transaction.on_commit` lives in core/after_commit.py only: its wrapper is what
     keeps a failing side effect from turning a committed request into an error."""
     offenders = [
         str(path.relative_to(ROOT))
@@ -135,3 +136,80 @@ def test_every_after_commit_side_effect_goes_through_after_commit():
         if "on_commit(" in path.read_text() and path.name != "after_commit.py"
     ]
     assert offenders == []
+
+
+# The house, from the bottom up: a module imports only from lower floors, or from its own app.
+# audit is split: its write side (every service records through it) sits under accounts; its
+# read side (API, page, selectors) sits with the apps whose scoping it uses.
+FLOORS = [
+    ("core", ["core"]),
+    ("audit write side", [f"audit.{name}" for name in AUDIT_WRITE_SIDE] + ["audit"]),
+    ("accounts", ["accounts"]),
+    ("resourcepools", ["resourcepools"]),
+    ("audit read side", ["audit.api", "audit.views", "audit.selectors", "audit.templatetags"]),
+    ("agendas", ["agendas"]),
+    ("scheduling", ["scheduling"]),
+    ("popsite (settings, URL confs, pages)", ["popsite"]),
+]
+HOUSE_APPS = {"core", "audit", "accounts", "resourcepools", "agendas", "scheduling", "popsite"}
+
+
+def _floor(module: str) -> int:
+    """The floor of a dotted module name: its longest matching prefix in FLOORS."""
+    best, length = -1, -1
+    for number, (_, prefixes) in enumerate(FLOORS):
+        for prefix in prefixes:
+            if (module == prefix or module.startswith(prefix + ".")) and len(prefix) > length:
+                best, length = number, len(prefix)
+    return best
+
+
+def _module_name(path: Path) -> str:
+    parts = list(path.relative_to(ROOT).with_suffix("").parts)
+    if parts[-1] == "__init__":
+        parts.pop()
+    return ".".join(parts)
+
+
+def _imports(path: Path):
+    for node in ast.walk(ast.parse(path.read_text())):
+        if isinstance(node, ast.Import):
+            yield from (alias.name for alias in node.names)
+        elif isinstance(node, ast.ImportFrom) and node.module and node.level == 0:
+            if node.module in HOUSE_APPS:  # `from agendas import states`
+                yield from (f"{node.module}.{alias.name}" for alias in node.names)
+            else:
+                yield node.module
+
+
+def test_every_import_runs_down_the_house_or_stays_in_its_app():
+    upward = []
+    for app in sorted(HOUSE_APPS):
+        for path in (ROOT / app).rglob("*.py"):
+            if "migrations" in path.parts:
+                continue
+            importer = _module_name(path)
+            for imported in _imports(path):
+                top = imported.split(".")[0]
+                if top not in HOUSE_APPS or top == importer.split(".")[0]:
+                    continue
+                if _floor(imported) >= _floor(importer):
+                    upward.append(f"{importer} -> {imported}")
+    assert upward == []
+
+
+def test_core_imports_no_pop_app_and_nothing_imports_popsite():
+    core = [
+        f"{_module_name(path)} -> {imported}"
+        for path in (ROOT / "core").rglob("*.py")
+        for imported in _imports(path)
+        if imported.split(".")[0] in HOUSE_APPS - {"core"}
+    ]
+    into_popsite = [
+        f"{_module_name(path)} -> {imported}"
+        for app in sorted(HOUSE_APPS - {"popsite"})
+        for path in (ROOT / app).rglob("*.py")
+        for imported in _imports(path)
+        if imported.split(".")[0] == "popsite"
+    ]
+    assert (core, into_popsite) == ([], [])

@@ -19,7 +19,7 @@ from accounts.api.serializers import (
 from accounts.models import ApiToken
 from accounts.selectors import token_list
 from accounts.services import token_issue, token_revoke
-from popsite.api import CustomerScopedViewSet
+from core.api import CustomerScopedViewSet
 
 TOKEN_ID = OpenApiParameter("id", OpenApiTypes.UUID, OpenApiParameter.PATH, description="Token id.")
 

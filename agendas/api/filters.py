@@ -1,9 +1,9 @@
-"""Query filters of the agenda endpoints (DESIGN §8); every filter documents itself."""
+"""Query filters of the agenda endpoints (docs/design.md §10); every filter documents itself."""
 
 import django_filters
 
 from agendas.models import Agenda, AgendaProgress, AgendaTemplate, OperationProgress
-from popsite.api import OwnedRowFilter, customer_filter
+from core.api import OwnedRowFilter, customer_filter
 
 AgendaState = AgendaProgress.State
 OperationState = OperationProgress.State

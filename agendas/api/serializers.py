@@ -1,7 +1,7 @@
-"""Shapes of agendas, progress, executions and templates (DESIGN §2, §4, §6).
+"""Shapes of agendas, progress, executions and templates (docs/design.md §3, §5, §9).
 
 Input serializers check types, lengths and formats; the agenda's cross-field rules (DAG,
-references, insight mapping) are the services' (STYLE rule 9).
+references, insight mapping) are the services'.
 """
 
 from typing import Any
@@ -13,7 +13,7 @@ from agendas.models import Agenda, AgendaProgress, AgendaTemplate, Execution, Op
 from agendas.services import RerunMode
 from agendas.states import processing_state
 from agendas.submit_options import AgendaOptionsSerializer, KeyedAgendaOptionsSerializer
-from popsite.api import JSONObjectField, JSONValueField, OptionalURLField, ScopedRelatedField
+from core.api import JSONObjectField, JSONValueField, OptionalURLField, ScopedRelatedField
 from resourcepools.models import Customer, Membership
 from resourcepools.selectors import customer_list, has_role
 
@@ -311,7 +311,7 @@ class AgendaTemplateSerializer(serializers.ModelSerializer):
         required=False,
         help_text="Owner id or slug; required only when you administer several customers.",
     )
-    agenda = JSONObjectField(help_text="Agenda body with @<…> references (DESIGN §4.3).")
+    agenda = JSONObjectField(help_text="Agenda body with @<…> references (docs/design.md §5.3).")
     static_parameters = JSONObjectField(required=False, help_text="Names usable as @<key>.")
     payload_schema = JSONValueField(
         required=False, allow_null=True, help_text="JSON Schema the run payload must satisfy."

@@ -1,10 +1,12 @@
-"""Agendas, their progress and executions, templates, progress summary (DESIGN §4–§6, §8)."""
+"""Agendas, their progress and executions, templates, progress summary (docs/design.md §5–§9,
+§10)."""
 
 from typing import Any
 
 from django.db.models import QuerySet
+from django.http import Http404
 from drf_spectacular.types import OpenApiTypes
-from drf_spectacular.utils import OpenApiParameter, extend_schema
+from drf_spectacular.utils import OpenApiParameter, OpenApiResponse, extend_schema
 from rest_framework import mixins, serializers, status
 from rest_framework.decorators import action
 from rest_framework.request import Request
@@ -56,9 +58,10 @@ from agendas.services import (
     agenda_template_update,
     agendas_submit_many,
 )
-from popsite.api import (
+from core.api import (
     CONFLICT_RESPONSE,
     CustomerScopedViewSet,
+    ErrorSerializer,
     Pagination,
     PopAPIView,
     ServiceWritesMixin,
@@ -236,14 +239,21 @@ class OperationProgressViewSet(
 @extend_schema(
     tags=["progress"],
     parameters=[ProgressSummaryQuerySerializer],
-    responses={200: ProgressSummarySerializer},
-    summary="The combined state of every agenda sharing a link_id (DESIGN §6).",
+    responses={
+        200: ProgressSummarySerializer,
+        404: OpenApiResponse(ErrorSerializer, "No visible agenda has this link id."),
+    },
+    summary="The combined state of every agenda sharing a link_id (docs/design.md §9).",
 )
 class ProgressSummaryView(PopAPIView):
     def get(self, request: Request) -> Response:
         query = ProgressSummaryQuerySerializer(data=request.query_params)
         query.is_valid(raise_exception=True)
-        summary = progress_summary(principal=request.user, link_id=query.validated_data["link_id"])
+        link_id = query.validated_data["link_id"]
+        summary = progress_summary(principal=request.user, link_id=link_id)
+        if not summary["agendas"]:
+            # Unknown, or only another customer's: a 404 either way, never "complete at 0 %".
+            raise Http404(f"No visible agendas with link id {link_id!r}.")
         return Response(ProgressSummarySerializer(summary).data)
 
 

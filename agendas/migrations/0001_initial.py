@@ -50,7 +50,7 @@ class Migration(migrations.Migration):
                 ('updated_at', models.DateTimeField(auto_now=True)),
                 ('name', models.CharField(max_length=200)),
                 ('description', models.TextField(blank=True, default='')),
-                ('agenda', models.JSONField(help_text='Agenda body with @<…> references (DESIGN §4.3).')),
+                ('agenda', models.JSONField(help_text='Agenda body with @<…> references (docs/design.md §5.3).')),
                 ('static_parameters', models.JSONField(blank=True, default=dict)),
                 ('payload_schema', models.JSONField(blank=True, help_text='Optional JSON Schema the run payload must satisfy.', null=True)),
                 ('is_global', models.BooleanField(default=False)),

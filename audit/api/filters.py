@@ -3,7 +3,7 @@
 import django_filters
 
 from audit.models import AuditEvent
-from popsite.api import UTCIsoDateTimeFilter, customer_filter
+from core.api import UTCIsoDateTimeFilter, customer_filter
 
 
 class AuditEventFilter(django_filters.FilterSet):

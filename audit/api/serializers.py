@@ -1,7 +1,7 @@
 from rest_framework import serializers
 
 from audit.models import AuditEvent
-from popsite.api import JSONObjectField
+from core.api import JSONObjectField
 
 
 class AuditEventSerializer(serializers.ModelSerializer):

@@ -1,4 +1,4 @@
-"""audit-events/: the audit trail, read-only (DESIGN §9 scoping: admins and staff)."""
+"""audit-events/: the audit trail, read-only (docs/design.md §10.3 scoping: admins and staff)."""
 
 from typing import Any
 
@@ -9,7 +9,7 @@ from rest_framework.permissions import BasePermission, IsAuthenticated
 from audit.api.filters import AuditEventFilter
 from audit.api.serializers import AuditEventSerializer
 from audit.selectors import audit_event_list, audit_reader
-from popsite.api import CustomerScopedViewSet
+from core.api import CustomerScopedViewSet
 
 
 class ReadsAuditTrail(BasePermission):

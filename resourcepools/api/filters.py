@@ -2,7 +2,7 @@
 
 import django_filters
 
-from popsite.api import OwnedRowFilter
+from core.api import OwnedRowFilter
 from resourcepools.models import Customer, Insight, Membership, ResourcePool
 
 

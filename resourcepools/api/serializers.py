@@ -7,7 +7,7 @@ from drf_spectacular.utils import extend_schema_field
 from rest_framework import serializers
 
 from accounts.api.serializers import ApiTokenCreateSerializer, ApiTokenIssuedSerializer
-from popsite.api import JSONValueField, OptionalURLField, ScopedRelatedField
+from core.api import JSONValueField, OptionalURLField, ScopedRelatedField
 from resourcepools.models import Customer, Insight, Membership, ResourcePool
 from resourcepools.selectors import (
     customer_list,
@@ -149,7 +149,8 @@ MAPPER_SCHEMA = {
 
 @extend_schema_field({"oneOf": [MAPPER_SCHEMA, {"type": "array", "items": MAPPER_SCHEMA}]})
 class MappersField(JSONValueField):
-    """`{"operation_type": [...], "operation_name": [...], "param": ["key=value"]}` (§4.4).
+    """`{"operation_type": [...], "operation_name": [...], "param": ["key=value"]}` (docs/design.md
+    §5.1).
 
     A list of such objects matches when any of them does; POP's camelCase keys
     (`operationType`, `paramMap`) are accepted too.

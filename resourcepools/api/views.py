@@ -1,4 +1,4 @@
-"""Customers, members and tokens, resource pools and insights (DESIGN §8, §9)."""
+"""Customers, members and tokens, resource pools and insights (docs/design.md §10, §10.3)."""
 
 import uuid
 from typing import Any
@@ -17,7 +17,7 @@ from rest_framework.throttling import AnonRateThrottle
 
 from accounts.api.serializers import ApiTokenSerializer, issued_data, lifetime_from
 from accounts.services import token_issue as api_token_issue
-from popsite.api import CustomerScopedViewSet, PopAPIView, ServiceWritesMixin
+from core.api import CustomerScopedViewSet, PopAPIView, ServiceWritesMixin
 from resourcepools.api.filters import (
     CustomerFilter,
     InsightFilter,
@@ -281,7 +281,8 @@ def insights_with_sharing(*, principal: Any) -> QuerySet:
 class InsightViewSet(
     ServiceWritesMixin, mixins.ListModelMixin, mixins.RetrieveModelMixin, CustomerScopedViewSet
 ):
-    """Insights (queues of a pool): visible per DESIGN §9; the pool owner's admin writes, and
+    """Insights (queues of a pool): visible per docs/design.md §10.3; the pool owner's admin
+    writes, and
     only staff make one global."""
 
     selector = staticmethod(insights_with_sharing)

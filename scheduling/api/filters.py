@@ -1,8 +1,8 @@
-"""Query filters of the schedule, callback, queue and alert endpoints (DESIGN §8)."""
+"""Query filters of the schedule, callback, queue and alert endpoints (docs/design.md §10)."""
 
 import django_filters
 
-from popsite.api import OwnedRowFilter, UTCIsoDateTimeFilter, customer_filter
+from core.api import OwnedRowFilter, UTCIsoDateTimeFilter, customer_filter
 from resourcepools.models import Insight
 from scheduling.models import Alert, CallbackDelivery, Schedule
 

@@ -1,17 +1,13 @@
-"""Shapes of the puller API: pull, report, batch report, generated operations (DESIGN §5.3–5.4)."""
+"""Shapes of the puller API: pull, report, batch report, generated operations (docs/design.md
+§6.3–§6.4)."""
 
 from rest_framework import serializers
 
 from agendas.api.serializers import OperationInputSerializer
 from agendas.models import Agenda, Execution, OperationProgress
-from popsite.api import JSONObjectField, JSONValueField
-from scheduling.services import (
-    MAX_BATCH_REPORTS,
-    MAX_PULL_COUNT,
-    MAX_WAIT_SECONDS,
-    REPORT_OUTCOMES,
-    PulledAgenda,
-)
+from core.api import JSONObjectField, JSONValueField
+from scheduling.pull import MAX_PULL_COUNT, MAX_WAIT_SECONDS, PulledAgenda
+from scheduling.report import MAX_BATCH_REPORTS, REPORT_OUTCOMES
 
 OPERATION_STATES = [choice for choice, _ in OperationProgress.State.choices]
 

@@ -1,4 +1,4 @@
-"""Puller-facing routes (pull, report, generated operations): DESIGN §5.3–5.4."""
+"""Puller-facing routes (pull, report, generated operations): docs/design.md §6.3–§6.4."""
 
 from django.urls import path
 

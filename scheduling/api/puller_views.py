@@ -1,8 +1,8 @@
-"""Puller endpoints (DESIGN §5.3–5.4): pull, report, batch report, generated operations.
+"""Puller endpoints (docs/design.md §6.3–§6.4): pull, report, batch report, generated operations.
 
 Pulls are for a `worker`/`admin` member of the pool owner (or staff). Reports and generated
 operations are authorized by the execution's lease token (`X-POP-Lease`), not by who sends
-them (DESIGN §9).
+them (docs/design.md §10.3).
 """
 
 from typing import Any
@@ -13,7 +13,7 @@ from rest_framework import status
 from rest_framework.request import Request
 from rest_framework.response import Response
 
-from popsite.api import CONFLICT_RESPONSE, ErrorSerializer, PopAPIView, validate_each
+from core.api import CONFLICT_RESPONSE, ErrorSerializer, PopAPIView, validate_each
 from resourcepools.models import Insight
 from resourcepools.selectors import insight_visible_get
 from scheduling.api.puller_serializers import (
@@ -28,12 +28,12 @@ from scheduling.api.puller_serializers import (
     ReportSerializer,
     pull_response_data,
 )
-from scheduling.services import (
+from scheduling.pull import insight_pull
+from scheduling.report import (
     BatchItemResult,
     execution_add_operations,
     execution_report,
     execution_report_batch,
-    insight_pull,
 )
 
 LEASE_HEADER = "X-POP-Lease"

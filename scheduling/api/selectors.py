@@ -1,4 +1,5 @@
-"""Customer-scoped reads of schedules, callback deliveries, alerts and queue depths (§8, §9)."""
+"""Customer-scoped reads of schedules, callback deliveries, alerts and queue depths (docs/design.md
+§10; docs/design.md §10.3)."""
 
 from dataclasses import dataclass, field
 from datetime import datetime

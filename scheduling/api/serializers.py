@@ -1,9 +1,10 @@
-"""Shapes of schedules, callback deliveries, queue depths and alerts (DESIGN §2, §7, §8)."""
+"""Shapes of schedules, callback deliveries, queue depths and alerts (docs/design.md §3, §8,
+§10)."""
 
 from rest_framework import serializers
 
 from agendas.selectors import agenda_template_list
-from popsite.api import JSONValueField, ScopedRelatedField
+from core.api import JSONValueField, ScopedRelatedField
 from resourcepools.selectors import customer_list
 from scheduling.models import Alert, CallbackDelivery, Schedule
 

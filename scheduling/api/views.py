@@ -1,4 +1,4 @@
-"""Schedules, callback deliveries, queue depths and alerts (DESIGN §7, §8)."""
+"""Schedules, callback deliveries, queue depths and alerts (docs/design.md §8, §10)."""
 
 from typing import Any
 
@@ -11,7 +11,7 @@ from rest_framework.response import Response
 from agendas.api.serializers import AgendaSerializer
 from agendas.api.views import agenda_detail
 from agendas.selectors import agenda_list
-from popsite.api import CONFLICT_RESPONSE, CustomerScopedViewSet, Pagination, ServiceWritesMixin
+from core.api import CONFLICT_RESPONSE, CustomerScopedViewSet, Pagination, ServiceWritesMixin
 from resourcepools.selectors import insight_list
 from scheduling.api.filters import AlertFilter, CallbackDeliveryFilter, QueueFilter, ScheduleFilter
 from scheduling.api.selectors import alert_list, callback_delivery_list, queue_stats, schedule_list
@@ -138,7 +138,7 @@ class QueueViewSet(mixins.ListModelMixin, mixins.RetrieveModelMixin, CustomerSco
 
 @extend_schema(tags=["alerts"])
 class AlertViewSet(mixins.ListModelMixin, mixins.RetrieveModelMixin, CustomerScopedViewSet):
-    """Alerts raised by your customers' alert rules (DESIGN §7)."""
+    """Alerts raised by your customers' alert rules (docs/design.md §8)."""
 
     selector = staticmethod(alert_list)
     serializer_class = AlertSerializer

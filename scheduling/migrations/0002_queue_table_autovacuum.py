@@ -1,4 +1,4 @@
-"""Aggressive per-table autovacuum for the queue tables (DESIGN §5.1).
+"""Aggressive per-table autovacuum for the queue tables (docs/design.md §6.1).
 
 Every agenda passes through `scheduling_readyagenda` and `scheduling_queuedagenda` once (an
 insert and a delete), and every fill updates its insight's `scheduling_insightscheduleinfo`

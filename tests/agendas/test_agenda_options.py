@@ -1,4 +1,4 @@
-"""Range checks of an agenda's numeric options, for service callers too (DESIGN §4.2)."""
+"""Range checks of an agenda's numeric options, for service callers too (docs/design.md §5.1)."""
 
 import pytest
 from django.core.exceptions import ValidationError

@@ -1,4 +1,4 @@
-"""DESIGN §4: submission writes everything or nothing; templates; idempotency; mapping."""
+"""docs/design.md §5: submission writes everything or nothing; templates; idempotency; mapping."""
 
 from datetime import timedelta
 
@@ -7,9 +7,9 @@ from django.core.exceptions import PermissionDenied, ValidationError
 from django.db import IntegrityError
 from django.utils import timezone
 
-from agendas import states
 from agendas.models import Agenda, AgendaProgress, OperationProgress
 from agendas.services import agenda_submit, template_expand, template_run
+from agendas.states import machine
 from scheduling.models import ReadyAgenda
 from tests.factories import AgendaTemplateFactory
 
@@ -110,7 +110,7 @@ def test_submission_is_all_or_nothing_when_a_later_write_fails(
     def broken_ready(*args, **kwargs):
         raise IntegrityError("simulated failure after the first writes")
 
-    monkeypatch.setattr(states, "_enter_ready", broken_ready)
+    monkeypatch.setattr(machine, "_enter_ready", broken_ready)
 
     with pytest.raises(IntegrityError):
         submit_agenda(submitter)

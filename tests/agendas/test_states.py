@@ -1,4 +1,4 @@
-"""DESIGN §3: every allowed transition, and forbidden ones change nothing."""
+"""docs/design.md §4: every allowed transition, and forbidden ones change nothing."""
 
 import pytest
 from django.db import transaction

@@ -1,4 +1,4 @@
-"""Submission bounds through the API: max_attempts is 1–20 (DESIGN §2, §4.2)."""
+"""Submission bounds through the API: max_attempts is 1–20 (docs/design.md §3, §5.1)."""
 
 import pytest
 

@@ -1,4 +1,5 @@
-"""agendas_submit_many: checks each item like agenda_submit, writes the good ones in bulk (§4.1)."""
+"""agendas_submit_many: checks each item like agenda_submit, writes the good ones in bulk
+(docs/design.md §5.1)."""
 
 from datetime import timedelta
 
@@ -8,9 +9,10 @@ from django.db import connection
 from django.test.utils import CaptureQueriesContext
 from django.utils import timezone
 
-from agendas import services, states
+from agendas import services
 from agendas.models import Agenda, AgendaProgress, OperationProgress
 from agendas.services import agenda_submit, agendas_submit_many
+from agendas.states import machine
 from scheduling.models import ReadyAgenda
 
 pytestmark = pytest.mark.django_db
@@ -134,7 +136,7 @@ def test_ready_rows_keep_the_batch_order_and_one_nudge_covers_every_insight(
 ):
     nudged = []
     monkeypatch.setattr(
-        states, "fill_nudge", lambda ids: nudged.append(sorted({str(pk) for pk in ids}))
+        machine, "fill_nudge", lambda ids: nudged.append(sorted({str(pk) for pk in ids}))
     )
     items = [
         {"operations": ONE_STEP if n % 2 else [{"name": "t", "type": "transcode"}]}

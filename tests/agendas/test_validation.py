@@ -14,7 +14,8 @@ def op(name, type_="sample", **fields):
     return {"name": name, "type": type_, **fields}
 
 
-# POP's worked example (§4.3 / rerun): 2 references 1; 3 references 2 and depends on 1.
+# POP's worked example (docs/design.md §5.3 and §7.3): 2 references 1; 3 references 2 and depends
+# on 1.
 WORKED_EXAMPLE = [
     op("1", payload={"x": 1}),
     op("2", payload={"in": "@<1.out::/x>"}),

@@ -2,7 +2,8 @@
 
 import pytest
 
-from scheduling import services
+from scheduling import fill
+from scheduling import pull as pull_service
 from scheduling.models import AlertRule
 from tests.callbacks.receiver import http_receiver  # noqa: F401 (fixture)
 
@@ -33,8 +34,10 @@ def pull_all(insight, worker):
     """Fill the insight and pull everything queued; returns the PulledAgenda list."""
 
     def run():
-        services.insight_fill(insight_id=insight.pk)
+        fill.insight_fill(insight_id=insight.pk)
         insight.refresh_from_db()
-        return services.insight_pull(principal=worker.user, insight=insight, worker="w1", count=100)
+        return pull_service.insight_pull(
+            principal=worker.user, insight=insight, worker="w1", count=100
+        )
 
     return run

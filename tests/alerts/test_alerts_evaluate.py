@@ -7,7 +7,7 @@ import time_machine
 from django.core import mail
 
 from agendas.services import agenda_abort
-from scheduling import services
+from scheduling import fill, report, timed
 from scheduling.alerts import AlertRun, alerts_evaluate, rule_measure
 from scheduling.models import Alert, AlertRule
 from tests.alerts.conftest import SECRET
@@ -94,7 +94,7 @@ def test_queue_waiting_counts_ready_and_queued_agendas_in_the_rules_scope(
         submit_agenda(submitter)
     submit_agenda(other_submitter)
     submit_agenda(submitter, operations=[{"name": "t", "type": "transcode", "payload": {}}])
-    services.insight_fill(insight_id=insight.pk)  # some queued, none pulled yet
+    fill.insight_fill(insight_id=insight.pk)  # some queued, none pulled yet
     customer_rule = make_rule(name="acme")
     insight_rule = make_rule(name="mediainfo", insight=insight)
     other_insight_rule = make_rule(name="transcode", insight=transcode_insight)
@@ -136,7 +136,7 @@ def test_failure_ratio_is_the_share_of_attempts_that_failed_within_the_window(
         pulled = pull_all()
         outcomes = ["failed", "failed", "failed", "succeeded"]
         for item, state in zip(pulled, outcomes, strict=True):
-            services.execution_report(
+            report.execution_report(
                 execution_id=item.execution.pk, lease_token=item.execution.lease_token, state=state
             )
 
@@ -156,7 +156,7 @@ def test_reclaims_count_executions_whose_lease_expired_within_the_window(
         submit_agenda(submitter)
         pull_all()
         clock.shift(timedelta(seconds=insight.lease_seconds + 1))
-        assert services.executions_reclaim() == 2
+        assert timed.executions_reclaim() == 2
 
         assert rule_measure(rule, now=clock_now()) == 2.0
         assert alerts_evaluate() == AlertRun(evaluated=1, opened=1)

@@ -9,9 +9,12 @@ from django.utils import timezone
 
 from agendas.models import AgendaProgress, Execution
 from agendas.services import agenda_abort, agenda_pause
+from core.principals import SYSTEM
 from resourcepools.models import Membership
+from scheduling.fill import insight_fill
 from scheduling.models import CallbackDelivery, QueuedAgenda, ReadyAgenda
-from scheduling.services import execution_report, insight_fill, insight_pull
+from scheduling.pull import insight_pull
+from scheduling.report import execution_report
 from tests.factories import AgendaTemplateFactory
 
 Role = Membership.Role
@@ -88,7 +91,7 @@ def agenda_in_state(submit_agenda, insight) -> Callable:
             if state != "queued":
                 # Pulls whatever else is queued on the insight too; tests take that into account.
                 pulled = insight_pull(
-                    principal=None, insight=agenda.insight, worker="w1", count=100
+                    principal=SYSTEM, insight=agenda.insight, worker="w1", count=100
                 )
                 (execution,) = [item.execution for item in pulled if item.agenda.pk == agenda.pk]
                 if state in ("succeeded", "failed"):

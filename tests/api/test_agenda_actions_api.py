@@ -1,4 +1,4 @@
-"""abort, pause, resume and rerun against every state (DESIGN §3, §5.5).
+"""abort, pause, resume and rerun against every state (docs/design.md §4, §7).
 
 States are reached through the services; every refusal is a 409 naming the current state
 and changes nothing (progress, operations, queue rows, executions, callbacks).
@@ -7,8 +7,11 @@ and changes nothing (progress, operations, queue rows, executions, callbacks).
 import pytest
 
 from agendas.models import AgendaProgress
+from core.principals import SYSTEM
+from scheduling.fill import insight_fill
 from scheduling.models import CallbackDelivery, ReadyAgenda
-from scheduling.services import execution_report, insight_fill, insight_pull
+from scheduling.pull import insight_pull
+from scheduling.report import execution_report
 
 pytestmark = pytest.mark.django_db
 
@@ -136,7 +139,7 @@ def test_rerun_of_chosen_operations_recomputes_the_percent_from_what_is_kept(
 ):
     agenda = submit_agenda(submitter)
     insight_fill(insight_id=insight.pk)
-    [item] = insight_pull(principal=None, insight=insight, worker="w1", count=1)
+    [item] = insight_pull(principal=SYSTEM, insight=insight, worker="w1", count=1)
     done = [{"name": "probe", "state": "succeeded"}, {"name": "report", "state": "succeeded"}]
     execution_report(
         execution_id=item.execution.pk,

@@ -1,4 +1,5 @@
-"""agendas/: submit, idempotency, bulk, filters, detail with progress, executions (§4.1, §8)."""
+"""agendas/: submit, idempotency, bulk, filters, detail with progress, executions (docs/design.md
+§5.1; docs/design.md §10)."""
 
 from datetime import timedelta
 

@@ -1,4 +1,5 @@
-"""Cross-cutting API behaviour: tokens, 401, X-POP-CID, 400 paths, 413, 415, 429 (DESIGN §8)."""
+"""Cross-cutting API behaviour: tokens, 401, X-POP-CID, 400 paths, 413, 415, 429 (docs/design.md
+§10)."""
 
 import io
 import json
@@ -9,7 +10,7 @@ from rest_framework.test import APIClient
 from rest_framework.throttling import AnonRateThrottle, UserRateThrottle
 
 from agendas.models import Agenda, AgendaProgress, OperationProgress
-from popsite.api import LimitedJSONParser, PayloadTooLarge, flatten_errors
+from core.api import LimitedJSONParser, PayloadTooLarge, flatten_errors
 
 pytestmark = pytest.mark.django_db
 

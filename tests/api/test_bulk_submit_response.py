@@ -1,4 +1,5 @@
-"""agendas/bulk/: a slim result per item, built without reading the agendas back (§4.1)."""
+"""agendas/bulk/: a slim result per item, built without reading the agendas back (docs/design.md
+§5.1)."""
 
 import pytest
 from django.db import connection

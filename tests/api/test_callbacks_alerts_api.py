@@ -1,4 +1,4 @@
-"""callback-deliveries/ (+ redeliver) and alerts/ (DESIGN §7, §8)."""
+"""callback-deliveries/ (+ redeliver) and alerts/ (docs/design.md §8, §10)."""
 
 import pytest
 from django.utils import timezone

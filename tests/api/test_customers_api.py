@@ -1,4 +1,4 @@
-"""customers/ and customers/{id}/members/ with tokens (DESIGN §8, §9)."""
+"""customers/ and customers/{id}/members/ with tokens (docs/design.md §10, §10.3)."""
 
 import pytest
 from django.contrib.auth import get_user_model
@@ -6,6 +6,7 @@ from rest_framework.test import APIClient
 
 from accounts.models import ApiToken
 from accounts.services import token_issue
+from core.principals import SYSTEM
 from resourcepools.models import Customer, Membership
 from tests.factories import CustomerFactory, MembershipFactory, UserFactory
 
@@ -210,8 +211,8 @@ def test_an_admin_issues_a_token_that_works_and_revokes_it(
     admin_client, api_client_for, customer, submitter
 ):
     member = Membership.objects.get(user=submitter.user)
-    old = token_issue(principal=None, user=submitter.user, name="api")
-    kept = token_issue(principal=None, user=submitter.user, name="laptop")
+    old = token_issue(principal=SYSTEM, user=submitter.user, name="api")
+    kept = token_issue(principal=SYSTEM, user=submitter.user, name="laptop")
 
     issued = admin_client.post(members_url(customer, member, "token/"))
 

@@ -26,6 +26,7 @@ from schemathesis.checks import (
 )
 
 from accounts.services import token_issue
+from core.principals import SYSTEM
 
 pytestmark = pytest.mark.django_db
 
@@ -125,7 +126,7 @@ def wsgi_app():
 def fuzz_world(admin_member, submitter, submit_agenda, template, insight):
     """Some rows to collide with; the caller is an admin of Acme (a token in a header)."""
     submit_agenda(submitter, link_id="fuzz")
-    key = token_issue(principal=None, user=admin_member.user, name="fuzz").key
+    key = token_issue(principal=SYSTEM, user=admin_member.user, name="fuzz").key
     return {"Authorization": f"Token {key}"}
 
 

@@ -1,4 +1,4 @@
-"""resource-pools/, insights/ and queues/ (DESIGN §8, §9)."""
+"""resource-pools/, insights/ and queues/ (docs/design.md §10, §10.3)."""
 
 import pytest
 

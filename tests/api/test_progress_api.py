@@ -1,4 +1,4 @@
-"""agenda-progress/, operation-progress/ and progress-summary/ (DESIGN §6, §8)."""
+"""agenda-progress/, operation-progress/ and progress-summary/ (docs/design.md §9, §10)."""
 
 import pytest
 from rest_framework.test import APIClient
@@ -89,6 +89,18 @@ def test_progress_summary_combines_the_agendas_of_a_link_id(
     assert body["processing_state"] == "executing"
     assert body["percent_complete"] == 50.0
     assert {row["id"] for row in body["agendas"]} == {str(done.pk), str(waiting.pk)}
+
+
+def test_progress_summary_of_an_unknown_or_foreign_link_id_is_404(
+    client, other_submitter, agenda_in_state
+):
+    agenda_in_state(other_submitter, "succeeded", link_id="theirs")
+
+    unknown = client.get("/api/v1/progress-summary/", {"link_id": "no-such-batch"})
+    foreign = client.get("/api/v1/progress-summary/", {"link_id": "theirs"})
+
+    assert (unknown.status_code, foreign.status_code) == (404, 404)
+    assert "complete" not in unknown.content.decode()
 
 
 def test_progress_summary_without_link_id_is_400(client):

@@ -1,4 +1,4 @@
-"""List endpoints cost a fixed number of queries, however many rows they show (STYLE rule 19)."""
+"""List endpoints cost a fixed number of queries, however many rows they show."""
 
 import pytest
 from django.db import connection

@@ -1,4 +1,4 @@
-"""schedules/: CRUD, pause/resume (409 naming the state), trigger, runs (DESIGN §2, §8)."""
+"""schedules/: CRUD, pause/resume (409 naming the state), trigger, runs (docs/design.md §3, §10)."""
 
 from datetime import UTC, datetime
 

@@ -1,4 +1,5 @@
-"""Session authentication on the API (DESIGN §8): reads work, writes need the CSRF token."""
+"""Session authentication on the API (docs/design.md §10): reads work, writes need the CSRF
+token."""
 
 import json
 
@@ -7,6 +8,7 @@ from django.test import Client
 
 from accounts.services import token_issue
 from agendas.models import Agenda
+from core.principals import SYSTEM
 
 pytestmark = pytest.mark.django_db
 AGENDAS = "/api/v1/agendas/"
@@ -86,7 +88,7 @@ def test_a_wrong_csrf_token_is_refused(browser, operations):
 
 def test_token_authentication_needs_no_csrf_token(submitter, insight, operations):
     caller = Client(enforce_csrf_checks=True)
-    key = token_issue(principal=None, user=submitter.user, name="script").key
+    key = token_issue(principal=SYSTEM, user=submitter.user, name="script").key
 
     response = post_json(caller, {"operations": operations}, HTTP_AUTHORIZATION=f"Token {key}")
 

@@ -1,4 +1,4 @@
-"""agenda-templates/: CRUD, sharing, run and preview (DESIGN §4.3, §8, §9)."""
+"""agenda-templates/: CRUD, sharing, run and preview (docs/design.md §5.3, §10, §10.3)."""
 
 import pytest
 

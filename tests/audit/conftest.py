@@ -3,6 +3,7 @@
 import pytest
 from django.core.cache import cache
 
+from core.principals import SYSTEM
 from scheduling.schedule_services import schedule_create
 from tests.factories import AgendaTemplateFactory
 
@@ -46,7 +47,7 @@ def template(customer):
 @pytest.fixture
 def schedule(customer, template, insight):
     return schedule_create(
-        principal=None,
+        principal=SYSTEM,
         customer=customer,
         template=template,
         name="nightly",

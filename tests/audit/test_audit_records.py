@@ -6,6 +6,7 @@ from django.test import Client
 from agendas.models import Agenda
 from agendas.services import agenda_abort
 from audit.models import AuditEvent
+from core.principals import SYSTEM
 from resourcepools.models import Membership
 from scheduling.models import Schedule
 from tests.audit.conftest import ADDRESS
@@ -283,7 +284,7 @@ def test_an_action_outside_a_request_is_the_systems(submitter, submit_agenda):
     agenda = submit_agenda(submitter)
     before = _ids()
 
-    agenda_abort(principal=None, agenda=agenda)
+    agenda_abort(principal=SYSTEM, agenda=agenda)
 
     event = _only_new_event(before)
     assert (event.username, event.user, event.token_name, event.address) == (

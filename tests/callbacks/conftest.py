@@ -3,7 +3,8 @@
 import pytest
 
 from resourcepools.models import Customer
-from scheduling import services
+from scheduling import fill as fill_service
+from scheduling import pull as pull_service
 from tests.callbacks.receiver import black_hole, http_receiver  # noqa: F401 (fixtures)
 
 SECRET = "s3cret-for-acme"
@@ -37,9 +38,9 @@ def start_executing(submit_agenda, insight, worker):
 
     def run(principal, **options):
         agenda = submit_agenda(principal, **options)
-        services.insight_fill(insight_id=insight.pk)
+        fill_service.insight_fill(insight_id=insight.pk)
         insight.refresh_from_db()
-        pulled = services.insight_pull(principal=worker.user, insight=insight, worker="w1")
+        pulled = pull_service.insight_pull(principal=worker.user, insight=insight, worker="w1")
         [item] = [item for item in pulled if item.agenda.pk == agenda.pk]
         return item
 

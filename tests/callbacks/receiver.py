@@ -1,4 +1,4 @@
-"""Real HTTP receivers on 127.0.0.1 for callback and alert-webhook tests (STYLE rule 19)."""
+"""Real HTTP receivers on 127.0.0.1 for callback and alert-webhook tests."""
 
 import hashlib
 import hmac

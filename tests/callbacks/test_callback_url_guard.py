@@ -7,15 +7,10 @@ import socket
 import pytest
 
 from agendas.services import agenda_pause
+from core.outbound_urls import RefusedURL, callback_url_refusal, resolve_target
 from resourcepools.models import Membership
 from scheduling import callbacks
-from scheduling.callbacks import (
-    DeliveryRun,
-    RefusedURL,
-    callback_url_refusal,
-    callbacks_deliver,
-    resolve_target,
-)
+from scheduling.callbacks import DeliveryRun, callbacks_deliver
 from scheduling.models import CallbackDelivery
 
 Role = Membership.Role

@@ -4,8 +4,9 @@ import socket
 
 import pytest
 
-from scheduling import callbacks
-from scheduling.callbacks import RefusedURL, encode_body, resolve_target, send_signed
+from core import outbound_urls
+from core.outbound_urls import RefusedURL, resolve_target
+from scheduling.callbacks import encode_body, send_signed
 
 
 @pytest.mark.parametrize(
@@ -74,7 +75,7 @@ def test_the_request_goes_to_the_checked_address_with_the_original_host_and_one_
         return [(socket.AF_INET, socket.SOCK_STREAM, 6, "", ("127.0.0.1", port))]
 
     monkeypatch.setattr(socket, "getaddrinfo", resolve)
-    monkeypatch.setattr(callbacks, "_is_forbidden", lambda address: False)
+    monkeypatch.setattr(outbound_urls, "_is_forbidden", lambda address: False)
     body = encode_body({"event": "executing", "n": 1})
 
     result = send_signed(

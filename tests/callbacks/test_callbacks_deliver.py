@@ -8,7 +8,7 @@ from django.core.exceptions import PermissionDenied
 
 from agendas.services import agenda_abort, agenda_pause
 from agendas.states import InvalidTransition
-from scheduling import services
+from scheduling import report
 from scheduling.callbacks import DeliveryRun, backoff, callback_redeliver, callbacks_deliver
 from scheduling.models import CallbackDelivery
 from tests.callbacks.conftest import SECRET
@@ -229,7 +229,7 @@ def test_executing_and_terminal_events_are_delivered_in_the_order_they_happened(
     receiver = http_receiver()
     calls_back_to(receiver.url)
     pulled = start_executing(submitter)
-    services.execution_report(
+    report.execution_report(
         execution_id=pulled.execution.pk,
         lease_token=pulled.execution.lease_token,
         state="succeeded",

@@ -10,7 +10,10 @@ from django.utils import timezone
 
 from agendas.models import Agenda, AgendaProgress
 from agendas.services import agenda_abort, agenda_pause
-from scheduling.services import execution_report, insight_fill, insight_pull
+from core.principals import SYSTEM
+from scheduling.fill import insight_fill
+from scheduling.pull import insight_pull
+from scheduling.report import execution_report
 
 # Playwright's sync API runs an event loop in the test thread; Django's async-unsafe guard
 # would refuse the ORM calls the browser tests make between page actions.
@@ -59,7 +62,7 @@ def agenda_in_state(submit_agenda, insight) -> Callable[..., Agenda]:
             insight_fill(insight_id=agenda.insight_id)
             if state != "queued":
                 pulled = insight_pull(
-                    principal=None, insight=agenda.insight, worker=worker, count=100
+                    principal=SYSTEM, insight=agenda.insight, worker=worker, count=100
                 )
                 (execution,) = [item.execution for item in pulled if item.agenda.pk == agenda.pk]
                 if state in ("succeeded", "failed"):

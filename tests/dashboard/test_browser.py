@@ -16,8 +16,9 @@ from django.utils import timezone
 
 from agendas.models import AgendaProgress
 from agendas.services import agenda_abort
+from core.principals import SYSTEM
 from scheduling.models import QueuedAgenda, ReadyAgenda
-from scheduling.services import execution_report
+from scheduling.report import execution_report
 
 expect = playwright_sync.expect
 # CI must run these: there a missing browser is a failure, not a skip (.ci/run installs it).
@@ -227,7 +228,7 @@ def test_agenda_table_refresh_picks_up_a_change_made_behind_its_back(open_page, 
     expect(badge).to_have_text("ready")
     page.evaluate("window.__noReload = true")
 
-    agenda_abort(principal=None, agenda=target)
+    agenda_abort(principal=SYSTEM, agenda=target)
 
     expect(badge).to_have_text("aborted", timeout=12_000)
     assert page.evaluate("window.__noReload") is True  # refreshed in place, not reloaded
@@ -240,7 +241,7 @@ def test_agenda_page_refresh_follows_the_state_until_it_is_final(open_page, subm
     page.goto(f"/agendas/{target.pk}/")
     expect(page.locator("#agenda-state")).to_contain_text("ready")
 
-    agenda_abort(principal=None, agenda=target)
+    agenda_abort(principal=SYSTEM, agenda=target)
 
     expect(page.locator("#agenda-state")).to_contain_text("aborted", timeout=12_000)
 

@@ -9,10 +9,13 @@ from django.test.utils import CaptureQueriesContext
 from django.utils import timezone
 
 from agendas.models import Agenda, AgendaProgress
+from core.principals import SYSTEM
 from resourcepools.models import Membership
+from scheduling.fill import insight_fill
 from scheduling.models import Alert, AlertRule, CallbackDelivery, Schedule
+from scheduling.pull import insight_pull
+from scheduling.report import execution_report
 from scheduling.schedule_services import schedule_create
-from scheduling.services import execution_report, insight_fill, insight_pull
 from tests.factories import AgendaTemplateFactory
 
 pytestmark = pytest.mark.django_db
@@ -418,7 +421,7 @@ def test_agenda_detail_shows_each_operations_progress_result_and_diagnostics(
 ):
     agenda = submit_agenda(submitter)
     insight_fill(insight_id=insight.pk)
-    [pulled] = insight_pull(principal=None, insight=insight, worker="farm-7", count=1)
+    [pulled] = insight_pull(principal=SYSTEM, insight=insight, worker="farm-7", count=1)
     execution_report(
         execution_id=pulled.execution.pk,
         lease_token=pulled.execution.lease_token,
@@ -827,6 +830,20 @@ def test_progress_summary_page(client_for, submitter, agenda_in_state):
     assert html.count('href="/agendas/') >= 2
 
 
+def test_the_progress_page_of_an_unknown_or_foreign_link_id_says_there_are_none(
+    client_for, submitter, other_submitter, agenda_in_state
+):
+    agenda_in_state(other_submitter, "succeeded", link_id="theirs")
+
+    for link_id in ("no-such-batch", "theirs"):
+        response = client_for(submitter).get(f"/progress/?link_id={link_id}")
+        html = text_of(response)
+
+        assert response.status_code == 404
+        assert "No visible agenda has this link id." in html
+        assert "summary-state" not in html
+
+
 # --- query counts ------------------------------------------------------------------------------
 
 
@@ -862,7 +879,7 @@ def test_list_pages_cost_a_bounded_number_of_queries(
             agenda_in_state(submitter, "ready", link_id="show-1")
             AgendaTemplateFactory(customer=submitter.customer)
             schedule_create(
-                principal=None,
+                principal=SYSTEM,
                 customer=submitter.customer,
                 template=template,
                 name=f"s{Schedule.objects.count()}",
@@ -894,7 +911,7 @@ def test_agenda_detail_cost_does_not_grow_with_operations_or_executions(
 
 
 def test_workers_seen_window_skips_old_finished_executions(submitter, agenda_in_state, insight):
-    from popsite.dashboard_selectors import workers_seen
+    from scheduling.selectors import workers_seen
 
     agenda_in_state(submitter, "succeeded", worker="old-node")
 

@@ -26,6 +26,7 @@ from django.db.models import Count
 from accounts.services import token_issue
 from agendas.models import AgendaProgress, Execution
 from agendas.services import agenda_submit
+from core.principals import SYSTEM
 from tests.factories import CustomerFactory
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -164,11 +165,11 @@ def test_300_agendas_of_3_customers_succeed_and_a_killed_pullers_agenda_is_recla
     insight.queue_size = 20
     insight.lease_seconds = 3
     insight.save()
-    token = token_issue(principal=None, user=worker.user, name="e2e-worker").key
+    token = token_issue(principal=SYSTEM, user=worker.user, name="e2e-worker").key
     principals = [
         make_principal(CustomerFactory(slug=f"e2e-{n}", resource_pool=pool)) for n in range(3)
     ]
-    # On an idle system a submitted agenda is pullable in under a second (DESIGN §5.2): the
+    # On an idle system a submitted agenda is pullable in under a second (docs/design.md §6.2): the
     # on-commit nudge reaches the cluster, whose fill queues it while the puller long-polls.
     idle_client = httpx.Client(
         base_url=live_server.url, headers={"Authorization": f"Token {token}"}, timeout=30

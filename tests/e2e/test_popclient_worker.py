@@ -14,6 +14,7 @@ from django.db import connection
 
 from accounts.services import token_issue
 from agendas.models import AgendaProgress, Execution, OperationProgress
+from core.principals import SYSTEM
 from popclient import PopClient
 from popclient.handlers import HandlerError, HandlerRegistry, default_registry
 from popclient.worker import Worker
@@ -62,7 +63,7 @@ def test_the_popclient_worker_runs_agendas_and_resumes_a_retry_at_the_point_of_f
             {"name": "measure", "type": "log", "payload": {"url": "@<probe.out::/url>"}},
         ],
     )
-    token = token_issue(principal=None, user=worker.user, name="e2e-worker").key
+    token = token_issue(principal=SYSTEM, user=worker.user, name="e2e-worker").key
     client = PopClient(live_server.url, token)
     puller = Worker(
         client,

@@ -40,6 +40,7 @@ from django.core.management import call_command
 from django.db import connection, connections
 
 from accounts.services import token_issue
+from core.principals import SYSTEM
 from popclient.client import PopClient
 from popclient.handlers import default_registry
 from popclient.worker import Worker
@@ -301,7 +302,7 @@ def _make_tenant(url: str) -> Tenant:
         # Tokens only: an unusable password spares three slow password hashes per test.
         user = get_user_model().objects.create(username=f"{name}-{role}", password="!")
         MembershipFactory(user=user, customer=customer, role=role)
-        return token_issue(principal=None, user=user, name="live").key
+        return token_issue(principal=SYSTEM, user=user, name="live").key
 
     return Tenant(
         url=url,
@@ -314,7 +315,7 @@ def _make_tenant(url: str) -> Tenant:
         viewer_token=token(customer, Membership.Role.VIEWER),
         worker_token=token(owner, Membership.Role.WORKER),
         staff_token=token_issue(
-            principal=None,
+            principal=SYSTEM,
             user=get_user_model().objects.create(
                 username=f"{name}-operator", password="!", is_staff=True
             ),

@@ -1,4 +1,5 @@
-"""Reports are sparse (DESIGN §5.4): an operation that starts and finishes between two reports
+"""Reports are sparse (docs/design.md §6.4): an operation that starts and finishes between two
+reports
 arrives as `succeeded` only (the worker coalesces its changes; an instant `echo` does). The
 server must still record that it ran once, and when."""
 

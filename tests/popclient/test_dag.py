@@ -1,4 +1,4 @@
-"""The DAG runner without a server (DESIGN §11, POP-REFERENCE §5.3)."""
+"""The DAG runner without a server (popclient/README.md)."""
 
 import threading
 import time

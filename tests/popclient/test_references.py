@@ -1,4 +1,4 @@
-"""Worker-side @<name::/pointer?fallback> resolution (DESIGN §4.3)."""
+"""Worker-side @<name::/pointer?fallback> resolution (docs/design.md §5.3)."""
 
 from popclient.references import (
     find_references,

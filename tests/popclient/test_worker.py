@@ -1,4 +1,4 @@
-"""The worker against an in-process fake of the puller API (DESIGN §5.3, §5.4)."""
+"""The worker against an in-process fake of the puller API (docs/design.md §6.3, §6.4)."""
 
 import http.server
 import json

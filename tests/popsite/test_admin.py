@@ -17,11 +17,13 @@ from django_q.tasks import async_task
 
 from agendas.models import Agenda, AgendaProgress
 from agendas.services import agenda_abort, agenda_pause
+from core.principals import SYSTEM
 from popsite.demo import demo_load
 from resourcepools.models import Customer, Insight
 from scheduling.alerts import alerts_evaluate
+from scheduling.fill import insight_fill
 from scheduling.models import Alert, AlertRule, QueuedAgenda, ReadyAgenda, Schedule
-from scheduling.services import insight_fill, insight_pull
+from scheduling.pull import insight_pull
 
 pytestmark = pytest.mark.django_db
 
@@ -56,7 +58,7 @@ def every_model_has_a_row(operator_client):
     for insight in Insight.objects.all():
         insight_fill(insight_id=insight.pk)
         insight_pull(principal=worker, insight=insight, worker="w1", count=1)
-    agenda_pause(principal=None, agenda=Agenda.objects.filter(customer=acme).first())
+    agenda_pause(principal=SYSTEM, agenda=Agenda.objects.filter(customer=acme).first())
     alerts_evaluate()
     Group.objects.create(name="operators")
     Client().post(reverse("login"), {"username": "acme-admin", "password": "wrong"})
@@ -136,7 +138,7 @@ def test_pause_action_pauses_selected_waiting_agendas_only(operator_client):
 
 def test_pause_action_refuses_a_finished_agenda_with_a_message(operator_client):
     aborted, ready = Agenda.objects.order_by("pk")[:2]
-    agenda_abort(principal=None, agenda=aborted)
+    agenda_abort(principal=SYSTEM, agenda=aborted)
     before = _states()
 
     messages = _post_action(
@@ -161,7 +163,7 @@ def test_pause_action_refuses_a_finished_agenda_with_a_message(operator_client):
 def test_resume_action_makes_paused_agendas_ready_again(operator_client):
     paused = list(Agenda.objects.order_by("pk")[:2])
     for agenda in paused:
-        agenda_pause(principal=None, agenda=agenda)
+        agenda_pause(principal=SYSTEM, agenda=agenda)
     before = _states()
 
     messages = _post_action(

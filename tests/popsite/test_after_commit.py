@@ -5,11 +5,11 @@ import logging
 
 import pytest
 
-from agendas import states
+from agendas import fill_nudge
 from agendas.models import Agenda
-from popsite.after_commit import after_commit
+from core.after_commit import after_commit
+from scheduling.fill import insight_fill
 from scheduling.models import QueuedAgenda
-from scheduling.services import insight_fill
 
 pytestmark = pytest.mark.django_db(transaction=True)
 
@@ -21,7 +21,7 @@ def refuse(*args):
 @pytest.fixture
 def nudges_fail(monkeypatch, settings):
     settings.POP_FILL_NUDGE = "async"
-    monkeypatch.setattr(states, "_fill_nudge_send", refuse)
+    monkeypatch.setattr(fill_nudge, "_fill_nudge_send", refuse)
 
 
 def test_a_submit_whose_fill_nudge_fails_answers_201_and_keeps_its_agenda(

@@ -4,7 +4,9 @@ import pytest
 from django.db import connection
 
 from agendas.models import Agenda, AgendaProgress, OperationProgress
-from scheduling import services
+from scheduling import fill as fill_service
+from scheduling import pull as pull_service
+from scheduling import report as report_service
 from scheduling.models import ReadyAgenda
 
 
@@ -31,7 +33,7 @@ def three_operations() -> list[dict]:
 @pytest.fixture
 def fill():
     def run(insight):
-        return services.insight_fill(insight_id=insight.pk)
+        return fill_service.insight_fill(insight_id=insight.pk)
 
     return run
 
@@ -42,7 +44,7 @@ def pull(worker):
 
     def run(insight, count: int = 10, name: str = "w1"):
         insight.refresh_from_db()
-        return services.insight_pull(
+        return pull_service.insight_pull(
             principal=worker.user, insight=insight, worker=name, count=count
         )
 
@@ -53,7 +55,7 @@ def pull(worker):
 def report():
     def run(pulled, **fields):
         execution = getattr(pulled, "execution", pulled)
-        return services.execution_report(
+        return report_service.execution_report(
             execution_id=execution.pk, lease_token=execution.lease_token, **fields
         )
 

@@ -1,4 +1,4 @@
-"""The pull claim (agendas/states.py `queue_claim`): one statement on PostgreSQL, the same
+"""The pull claim (agendas/states/claim.py `queue_claim`): one statement on PostgreSQL, the same
 answer and the same side effects as the portable form, and the nudges a claim sends."""
 
 import threading
@@ -12,7 +12,7 @@ from django.utils import timezone
 
 from agendas import states
 from agendas.models import Agenda, AgendaProgress, Execution
-from scheduling import services
+from scheduling import pull as pull_service
 from scheduling.models import CallbackDelivery, QueuedAgenda
 from tests.scheduling.conftest import state_of
 
@@ -43,7 +43,7 @@ def test_a_pull_is_one_claim_statement_and_one_operations_read(
     fill(insight)
 
     with CaptureQueriesContext(connection) as captured:
-        pulled = services.insight_pull_once(insight=insight, worker="w1", count=10)
+        pulled = pull_service.insight_pull_once(insight=insight, worker="w1", count=10)
         # Everything the answer and the callbacks read was loaded by the claim itself.
         for item in pulled:
             assert item.agenda.customer.slug == submitter.customer.slug
@@ -147,7 +147,7 @@ def test_claim_writes_the_executing_callback_row(settings, submitter, submit_age
     agenda = submit_agenda(submitter)
     fill(insight)
 
-    [pulled] = services.insight_pull_once(insight=insight, worker="w1", count=1)
+    [pulled] = pull_service.insight_pull_once(insight=insight, worker="w1", count=1)
 
     [row] = CallbackDelivery.objects.filter(agenda=agenda, event="executing")
     assert row.url == "https://hooks.example/pop"
@@ -181,7 +181,7 @@ def test_claim_skips_an_agenda_whose_progress_row_another_transaction_holds(
     thread.start()
     try:
         assert locked.wait(10)
-        pulled = services.insight_pull_once(insight=insight, worker="w1", count=10)
+        pulled = pull_service.insight_pull_once(insight=insight, worker="w1", count=10)
     finally:
         release.set()
         thread.join(10)
@@ -190,5 +190,5 @@ def test_claim_skips_an_agenda_whose_progress_row_another_transaction_holds(
     assert [item.agenda.pk for item in pulled] == [free.pk]
     assert state_of(held) == "queued"
     assert list(QueuedAgenda.objects.values_list("agenda_id", flat=True)) == [held.pk]
-    [again] = services.insight_pull_once(insight=insight, worker="w1", count=10)
+    [again] = pull_service.insight_pull_once(insight=insight, worker="w1", count=10)
     assert again.agenda.pk == held.pk

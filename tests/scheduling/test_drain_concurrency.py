@@ -16,7 +16,9 @@ from django.db.models import Count
 
 from agendas.models import AgendaProgress, Execution
 from agendas.services import agenda_submit
-from scheduling import services
+from scheduling import fill as fill_service
+from scheduling import pull as pull_service
+from scheduling import report
 from scheduling.models import QueuedAgenda, ReadyAgenda
 from tests.factories import CustomerFactory
 from tests.scheduling.conftest import clone_ready_agendas
@@ -83,13 +85,13 @@ def test_eight_pullers_drain_2000_agendas_exactly_once_while_fills_run(
 
     def fill() -> None:
         while not done.is_set():
-            services.insight_fill(insight_id=insight.pk)
+            fill_service.insight_fill(insight_id=insight.pk)
             time.sleep(0.05)
 
     def pull(number: int) -> None:
         batch = number % 2 == 0
         while not done.is_set():
-            items = services.insight_pull(
+            items = pull_service.insight_pull(
                 principal=worker.user,
                 insight=insight,
                 worker=f"w{number}",
@@ -100,7 +102,7 @@ def test_eight_pullers_drain_2000_agendas_exactly_once_while_fills_run(
                 continue
             pulled_by[number].extend(item.agenda.pk for item in items)
             if batch:
-                results = services.execution_report_batch(
+                results = report.execution_report_batch(
                     reports=[
                         {
                             "execution": item.execution.pk,
@@ -113,7 +115,7 @@ def test_eight_pullers_drain_2000_agendas_exactly_once_while_fills_run(
                 assert [result.status for result in results] == [200] * len(items)
             else:
                 for item in items:
-                    services.execution_report(
+                    report.execution_report(
                         execution_id=item.execution.pk,
                         lease_token=item.execution.lease_token,
                         operations=[{"name": "probe", "state": "succeeded", "result": 1}],

@@ -1,4 +1,5 @@
-"""Fairness end to end (DESIGN §5.1, §13): a flood must not starve small customers.
+"""Fairness end to end (docs/design.md §6.1, bench/RESULTS.md): a flood must not starve small
+customers.
 
 One customer floods 5,000 agendas, then five others submit 5 each. Fills then pulls and
 reports through the puller API: under round_robin every small agenda is pulled within the
@@ -10,7 +11,7 @@ import pytest
 from django.db import connection
 
 from resourcepools.models import Insight
-from scheduling import services
+from scheduling import fill
 from tests.factories import CustomerFactory
 from tests.scheduling.conftest import clone_ready_agendas
 
@@ -21,7 +22,7 @@ pytestmark = [
 
 
 def _fill_pull_and_finish(insight, client) -> list[str]:
-    services.insight_fill(insight_id=insight.pk)
+    fill.insight_fill(insight_id=insight.pk)
     response = client.post(
         f"/api/v1/insights/{insight.pk}/pull/", {"count": 100, "worker": "e2e"}, format="json"
     )

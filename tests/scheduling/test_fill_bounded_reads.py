@@ -1,4 +1,4 @@
-"""DESIGN §5.1: a fill reads O(customers with ready work + room) rows, never the backlog.
+"""docs/design.md §6.1: a fill reads O(customers with ready work + room) rows, never the backlog.
 
 One customer has 60 ready agendas, then 50,000 (another keeps a few). The fill's query count
 and the rows its candidate queries produce (EXPLAIN ANALYZE) must be the same, and the rows
@@ -14,7 +14,7 @@ from django.db import connection
 from django.test.utils import CaptureQueriesContext
 
 from agendas.models import AgendaProgress
-from scheduling import services
+from scheduling import fill as fill_service
 from scheduling.models import QueuedAgenda, ReadyAgenda
 from tests.scheduling.conftest import clone_ready_agendas
 
@@ -54,7 +54,7 @@ def _plan_rows(sql: str) -> int:
 def _measured_fill(insight) -> dict:
     before = _rows_read()
     with CaptureQueriesContext(connection) as captured:
-        result = services.insight_fill(insight_id=insight.pk)
+        result = fill_service.insight_fill(insight_id=insight.pk)
     rows_read = _rows_read() - before
     statements = [query["sql"] for query in captured.captured_queries]
     candidate_sql = [sql for sql in statements if "WITH RECURSIVE" in sql or "LATERAL" in sql]
@@ -76,7 +76,7 @@ def test_fill_cost_does_not_grow_with_one_customers_50000_backlog(
     for _ in range(30):
         submit_agenda(other_submitter)  # a second customer, whose backlog stays the same
 
-    services.insight_fill(insight_id=insight.pk)  # first fill creates the schedule info row
+    fill_service.insight_fill(insight_id=insight.pk)  # first fill creates the schedule info row
     pull(insight, count=10)
     small = _measured_fill(insight)
     pull(insight, count=10)  # empty the queue so the next fill has the same room

@@ -1,9 +1,10 @@
-"""Fill nudges (DESIGN §5.2): on commit, when work becomes ready or a pull drains a queue."""
+"""Fill nudges (docs/design.md §6.2): on commit, when work becomes ready or a pull drains a
+queue."""
 
 import pytest
 from django_q.models import OrmQ
 
-from agendas import states
+from agendas import fill_nudge
 from agendas.models import AgendaProgress
 from scheduling.models import QueuedAgenda
 from tests.scheduling.conftest import state_of
@@ -13,9 +14,9 @@ pytestmark = pytest.mark.django_db
 
 @pytest.fixture(autouse=True)
 def _fresh_throttle():
-    states._last_nudge.clear()
+    fill_nudge._last_nudge.clear()
     yield
-    states._last_nudge.clear()
+    fill_nudge._last_nudge.clear()
 
 
 def _queued_fill_tasks() -> list[str]:
@@ -35,7 +36,7 @@ def test_submit_nudges_a_fill_of_its_insight_after_commit(
     assert len(callbacks) == 1
     tasks = [task.task for task in OrmQ.objects.all()]
     assert [(task["func"], task["args"]) for task in tasks] == [
-        (states.FILL_TASK, (str(insight.pk),))
+        (settings.POP_FILL_NUDGE_TASK, (str(insight.pk),))
     ]
 
 

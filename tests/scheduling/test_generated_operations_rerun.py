@@ -1,4 +1,4 @@
-"""Reruns (DESIGN §5.5) of agendas with generated operations: continue keeps them, reset_all
+"""Reruns (docs/design.md §7) of agendas with generated operations: continue keeps them, reset_all
 drops them, operations_to_reset drops what a reset generator generated (docs/decisions.md)."""
 
 import pytest

@@ -1,4 +1,5 @@
-"""Generated operations (DESIGN §5.4) survive a retry at the point of failure (§3) and reruns."""
+"""Generated operations (docs/design.md §6.4) survive a retry at the point of failure
+(docs/design.md §4) and reruns."""
 
 import pytest
 

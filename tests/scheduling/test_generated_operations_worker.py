@@ -1,5 +1,5 @@
 """The popclient worker against the live server: an agenda that fails in a generated operation
-is retried at the point of failure with its generated operations (DESIGN §3, §5.4)."""
+is retried at the point of failure with its generated operations (docs/design.md §4, §6.4)."""
 
 import threading
 from collections import Counter
@@ -9,6 +9,7 @@ from django.db import connection
 
 from accounts.services import token_issue
 from agendas.models import AgendaProgress, Execution, OperationProgress
+from core.principals import SYSTEM
 from popclient import PopClient
 from popclient.handlers import HandlerError, HandlerRegistry
 from popclient.worker import Worker
@@ -19,7 +20,9 @@ pytestmark = pytest.mark.django_db(transaction=True)
 def _run_worker(live_server, worker, insight, *, split, work) -> int:
     """One popclient worker over HTTP, `split` for mediainfo and `work` for log, until it has
     run two agendas (the failed attempt and its retry); returns its exit code."""
-    client = PopClient(live_server.url, token_issue(principal=None, user=worker.user, name="w").key)
+    client = PopClient(
+        live_server.url, token_issue(principal=SYSTEM, user=worker.user, name="w").key
+    )
     puller = Worker(
         client,
         str(insight.pk),

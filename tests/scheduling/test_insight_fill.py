@@ -1,4 +1,4 @@
-"""insight_fill (DESIGN §5.1): room, caps, fairness state, positions, the try-lock."""
+"""insight_fill (docs/design.md §6.1): room, caps, fairness state, positions, the try-lock."""
 
 import threading
 
@@ -8,7 +8,7 @@ from django.db.models import Count
 
 from agendas.models import AgendaProgress
 from resourcepools.models import Insight
-from scheduling import services
+from scheduling import fill as fill_service
 from scheduling.locks import insight_fill_try_lock
 from scheduling.models import InsightScheduleInfo, QueuedAgenda, ReadyAgenda
 from tests.factories import CustomerFactory
@@ -23,7 +23,7 @@ def test_fill_moves_up_to_queue_size_in_priority_then_age_order(submitter, submi
     low = [submit_agenda(submitter, priority=2) for _ in range(2)]
     high = [submit_agenda(submitter, priority=8) for _ in range(2)]
 
-    result = services.insight_fill(insight_id=insight.pk)
+    result = fill_service.insight_fill(insight_id=insight.pk)
 
     assert (result.moved, result.room, result.skipped) == (3, 3, False)
     queued = list(QueuedAgenda.objects.order_by("position").values_list("agenda_id", "position"))
@@ -96,7 +96,7 @@ def test_round_robin_cursor_is_persisted_between_fills(
     insight.queue_size = 2
     insight.save()
 
-    services.insight_fill(insight_id=insight.pk)
+    fill_service.insight_fill(insight_id=insight.pk)
     info = InsightScheduleInfo.objects.get(insight=insight)
     ordered = sorted(customers, key=lambda customer: str(customer.pk))
     queued_customers = list(
@@ -113,7 +113,7 @@ def test_a_second_filler_skips_while_the_first_holds_the_lock(insight):
 
     def rival():
         try:
-            results.append(services.insight_fill(insight_id=insight.pk))
+            results.append(fill_service.insight_fill(insight_id=insight.pk))
         finally:
             connection.close()
 
@@ -133,7 +133,7 @@ def test_fill_of_every_insight_fills_those_with_room_and_work(
     submit_agenda(submitter)
     submit_agenda(submitter, operations=[{"name": "t", "type": "transcode"}])
 
-    assert services.insights_fill() == 2
+    assert fill_service.insights_fill() == 2
     assert set(QueuedAgenda.objects.values_list("insight_id", flat=True)) == {
         insight.pk,
         transcode_insight.pk,

@@ -1,4 +1,4 @@
-"""Fill nudges are deferred, not dropped (DESIGN §5.2): a nudge inside the throttle window
+"""Fill nudges are deferred, not dropped (docs/design.md §6.2): a nudge inside the throttle window
 arms one trailing nudge for the window's end, and an empty pull of an insight with ready work
 nudges too."""
 
@@ -10,9 +10,9 @@ import pytest
 from django.db import connection
 from django_q.models import OrmQ
 
-from agendas import states
+from agendas import fill_nudge
 from agendas.models import AgendaProgress
-from scheduling import services
+from scheduling import pull as pull_service
 from scheduling.models import QueuedAgenda
 
 pytestmark = pytest.mark.django_db
@@ -20,9 +20,9 @@ pytestmark = pytest.mark.django_db
 
 @pytest.fixture(autouse=True)
 def _fresh_nudges():
-    states.fill_nudges_cancel()
+    fill_nudge.fill_nudges_cancel()
     yield
-    states.fill_nudges_cancel()
+    fill_nudge.fill_nudges_cancel()
 
 
 def _wait_for(condition, seconds: float) -> bool:
@@ -52,12 +52,12 @@ def test_a_burst_inside_the_throttle_window_is_filled_by_the_trailing_nudge(
     states_now = dict(AgendaProgress.objects.values_list("agenda_id", "state"))
     assert states_now[agendas[0].pk] == "queued"
     assert states_now[agendas[-1].pk] == "ready"
-    assert list(states._trailing_nudges) == [str(insight.pk)]
+    assert list(fill_nudge._trailing_nudges) == [str(insight.pk)]
     # One trailing nudge at the window's end covers the whole burst, the last submit included.
     assert _wait_for(lambda: QueuedAgenda.objects.count() == 5, 5.0)
     assert time.monotonic() - began >= 1.0
     assert set(AgendaProgress.objects.values_list("state", flat=True)) == {"queued"}
-    assert states._trailing_nudges == {}
+    assert fill_nudge._trailing_nudges == {}
 
 
 def test_nudges_inside_the_window_arm_one_trailing_nudge_and_enqueue_one_fill(
@@ -71,7 +71,7 @@ def test_nudges_inside_the_window_arm_one_trailing_nudge_and_enqueue_one_fill(
             submit_agenda(submitter)
 
     assert OrmQ.objects.count() == 1
-    assert list(states._trailing_nudges) == [str(insight.pk)]
+    assert list(fill_nudge._trailing_nudges) == [str(insight.pk)]
 
 
 def test_the_trailing_nudge_enqueues_the_fill_when_it_fires(
@@ -82,10 +82,10 @@ def test_the_trailing_nudge_enqueues_the_fill_when_it_fires(
     with django_capture_on_commit_callbacks(execute=True):
         submit_agenda(submitter)
         submit_agenda(submitter)
-    [(due_at, mode)] = states._trailing_nudges.values()
+    [(due_at, mode)] = fill_nudge._trailing_nudges.values()
     assert (mode, due_at > time.monotonic() + 50) == ("async", True)
-    states.fill_nudges_cancel()  # send it here, on this test's connection, instead of in 60 s
-    states._fill_nudge_send([str(insight.pk)], "async")
+    fill_nudge.fill_nudges_cancel()  # send it here, on this test's connection, instead of in 60 s
+    fill_nudge._fill_nudge_send([str(insight.pk)], "async")
 
     assert [task.task["args"] for task in OrmQ.objects.all()] == [(str(insight.pk),)] * 2
 
@@ -130,7 +130,7 @@ def test_a_pull_nudges_exactly_when_it_leaves_the_queue_under_half_full(
 
     def pull(count: int) -> int:
         with django_capture_on_commit_callbacks(execute=True):
-            services.insight_pull_once(insight=insight, worker="w1", count=count)
+            pull_service.insight_pull_once(insight=insight, worker="w1", count=count)
         return OrmQ.objects.count()
 
     assert pull(2) == 0  # 3 of 5 left
@@ -146,15 +146,17 @@ def test_a_forked_child_forgets_the_parents_pending_trailing_nudge(
     with django_capture_on_commit_callbacks(execute=True):
         submit_agenda(submitter)
         submit_agenda(submitter)
-    assert list(states._trailing_nudges) == [str(insight.pk)]
+    assert list(fill_nudge._trailing_nudges) == [str(insight.pk)]
 
     child = os.fork()
     if child == 0:  # the child: its parent's nudge thread does not exist here
-        os._exit(0 if states._trailing_nudges == {} and not states._nudge_lock.locked() else 1)
+        os._exit(
+            0 if fill_nudge._trailing_nudges == {} and not fill_nudge._nudge_lock.locked() else 1
+        )
     _, status = os.waitpid(child, 0)
 
     assert os.waitstatus_to_exitcode(status) == 0
-    assert list(states._trailing_nudges) == [str(insight.pk)]  # the parent's still pending
+    assert list(fill_nudge._trailing_nudges) == [str(insight.pk)]  # the parent's still pending
 
 
 @pytest.mark.skipif(
@@ -167,7 +169,7 @@ def test_trailing_nudges_are_sent_by_one_thread_on_one_database_connection(
     settings.POP_FILL_NUDGE = "async"
     settings.POP_FILL_NUDGE_MIN_INTERVAL = 0.3
     sent = []
-    send = states._fill_nudge_send
+    send = fill_nudge._fill_nudge_send
 
     def recording_send(insight_ids, mode):
         with connection.cursor() as cursor:
@@ -175,7 +177,7 @@ def test_trailing_nudges_are_sent_by_one_thread_on_one_database_connection(
             sent.append((threading.get_ident(), cursor.fetchone()[0]))
         send(insight_ids, mode)
 
-    monkeypatch.setattr(states, "_fill_nudge_send", recording_send)
+    monkeypatch.setattr(fill_nudge, "_fill_nudge_send", recording_send)
     here = threading.get_ident()
 
     submit_agenda(submitter)  # nudges at once

@@ -1,4 +1,4 @@
-"""GET /metrics, /healthz, /readyz (DESIGN §7)."""
+"""GET /metrics, /healthz, /readyz (docs/design.md §8)."""
 
 from datetime import timedelta
 
@@ -9,7 +9,7 @@ from django_q.models import Task
 from prometheus_client import REGISTRY
 from prometheus_client.parser import text_string_to_metric_families
 
-from scheduling import services
+from scheduling import timed
 from scheduling.schedules import TICKER_FUNC
 
 pytestmark = pytest.mark.django_db
@@ -162,10 +162,10 @@ def test_outcome_reclaim_and_time_out_counters_count_what_happened(
         clock.shift(timedelta(seconds=50))
         report(slow)  # heartbeats: only the time-out will end it
         clock.shift(timedelta(seconds=insight.lease_seconds + 1 - 50))
-        assert services.executions_reclaim() == 1  # `lost` never reported
+        assert timed.executions_reclaim() == 1  # `lost` never reported
         clock.shift(timedelta(seconds=121 - insight.lease_seconds - 1))
         report(slow)
-        assert services.executions_time_out() == 1
+        assert timed.executions_time_out() == 1
 
     assert _counter("pop_execution_outcomes_total", outcome="succeeded") == succeeded + 1
     assert _counter("pop_reclaims_total") == reclaims + 1

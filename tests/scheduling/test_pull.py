@@ -1,4 +1,4 @@
-"""Pull (DESIGN §5.3): leases, the response shape, who may pull, bad input, long-polling."""
+"""Pull (docs/design.md §6.3): leases, the response shape, who may pull, bad input, long-polling."""
 
 import threading
 import time
@@ -13,7 +13,8 @@ from django.utils import timezone
 from agendas.models import Execution
 from agendas.services import agenda_abort, agenda_pause
 from resourcepools.models import Membership
-from scheduling import services
+from scheduling import fill as fill_service
+from scheduling import pull as pull_service
 from scheduling.models import QueuedAgenda
 from tests.scheduling.conftest import state_of
 
@@ -203,7 +204,7 @@ def test_execution_number_counts_executions_not_attempts(
 def test_long_poll_returns_empty_after_the_wait(insight, worker):
     started = time.monotonic()
 
-    pulled = services.insight_pull(principal=worker.user, insight=insight, wait_seconds=0.3)
+    pulled = pull_service.insight_pull(principal=worker.user, insight=insight, wait_seconds=0.3)
 
     assert pulled == []
     assert 0.3 <= time.monotonic() - started < 2
@@ -220,20 +221,20 @@ def test_long_poll_returns_work_that_arrives_and_holds_no_connection_while_waiti
         connected_while_sleeping.append(connection.connection is not None)
         real_sleep(seconds)
 
-    monkeypatch.setattr(services.time, "sleep", watching_sleep)
+    monkeypatch.setattr(pull_service.time, "sleep", watching_sleep)
 
     def producer():
         real_sleep(0.4)
         try:
             submit_agenda(submitter)
-            services.insight_fill(insight_id=insight.pk)
+            fill_service.insight_fill(insight_id=insight.pk)
         finally:
             connection.close()
 
     thread = threading.Thread(target=producer)
     thread.start()
     started = time.monotonic()
-    pulled = services.insight_pull(principal=worker.user, insight=insight, wait_seconds=10)
+    pulled = pull_service.insight_pull(principal=worker.user, insight=insight, wait_seconds=10)
     thread.join()
 
     assert len(pulled) == 1

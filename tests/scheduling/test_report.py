@@ -1,4 +1,5 @@
-"""Report (DESIGN §5.4): sparse progress, roll-up, lease renewal, outcomes, refusals, batches."""
+"""Report (docs/design.md §6.4): sparse progress, roll-up, lease renewal, outcomes, refusals,
+batches."""
 
 import json
 import logging

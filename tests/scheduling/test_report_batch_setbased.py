@@ -1,4 +1,4 @@
-"""Batch report written set-based (DESIGN §5.4): the same answers and rows as one by one."""
+"""Batch report written set-based (docs/design.md §6.4): the same answers and rows as one by one."""
 
 from datetime import UTC, datetime
 
@@ -12,7 +12,9 @@ from django.test.utils import CaptureQueriesContext
 from agendas.models import AgendaProgress, Execution, OperationProgress
 from agendas.services import agenda_abort, agenda_pause
 from agendas.states import InvalidTransition
-from scheduling import services
+from core.errors import validation_messages
+from scheduling import fill as fill_service
+from scheduling import report as report_service
 from scheduling.models import CallbackDelivery, QueuedAgenda, ReadyAgenda
 
 pytestmark = pytest.mark.django_db
@@ -80,10 +82,10 @@ def _world(prefix, submitter, submit_agenda, insight, pull) -> dict:
     """Submit, fill and pull one agenda per case; return {role: pulled}."""
     for role, (options, _) in CASES.items():
         submit_agenda(submitter, link_id=f"{prefix}:{role}", **options)
-    services.insight_fill(insight_id=insight.pk)
+    fill_service.insight_fill(insight_id=insight.pk)
     pulled = {item.agenda.link_id: item for item in pull(insight, count=len(CASES))}
     world = {role: pulled[f"{prefix}:{role}"] for role in CASES}
-    services.execution_report(
+    report_service.execution_report(
         execution_id=world["stale"].execution.pk,
         lease_token=world["stale"].execution.lease_token,
         state="succeeded",
@@ -107,7 +109,7 @@ def _items(world: dict) -> list[dict]:
     return items
 
 
-def _one_by_one(items: list[dict]) -> list[services.BatchItemResult]:
+def _one_by_one(items: list[dict]) -> list[report_service.BatchItemResult]:
     results = []
     for raw in items:
         item = dict(raw)
@@ -115,31 +117,31 @@ def _one_by_one(items: list[dict]) -> list[services.BatchItemResult]:
         lease_token = item.pop("lease_token")
         try:
             with transaction.atomic():
-                answer = services.execution_report(
+                answer = report_service.execution_report(
                     execution_id=execution, lease_token=lease_token, now=T0, **item
                 )
         except ValidationError as error:
             results.append(
-                services.BatchItemResult(
-                    execution, 400, detail="invalid report", errors=services._errors_of(error)
+                report_service.BatchItemResult(
+                    execution, 400, detail="invalid report", errors=validation_messages(error)
                 )
             )
         except PermissionDenied as error:
-            results.append(services.BatchItemResult(execution, 403, detail=str(error)))
+            results.append(report_service.BatchItemResult(execution, 403, detail=str(error)))
         except Http404 as error:
-            results.append(services.BatchItemResult(execution, 404, detail=str(error)))
+            results.append(report_service.BatchItemResult(execution, 404, detail=str(error)))
         except InvalidTransition as error:
             results.append(
-                services.BatchItemResult(
+                report_service.BatchItemResult(
                     execution, 409, detail=str(error), current_state=error.current_state
                 )
             )
         else:
-            results.append(services.BatchItemResult(execution, 200, answer=answer))
+            results.append(report_service.BatchItemResult(execution, 200, answer=answer))
     return results
 
 
-def _anonymous(result: services.BatchItemResult, world: dict) -> tuple:
+def _anonymous(result: report_service.BatchItemResult, world: dict) -> tuple:
     detail = result.detail
     for role, pulled in world.items():
         detail = detail.replace(str(pulled.execution.pk), f"<execution {role}>")
@@ -183,7 +185,7 @@ def test_a_mixed_batch_answers_and_writes_exactly_as_one_by_one(
         batched = _world("batch", submitter, submit_agenda, insight, pull)
         alone = _world("alone", submitter, submit_agenda, insight, pull)
 
-        results = services.execution_report_batch(reports=_items(batched), now=T0)
+        results = report_service.execution_report_batch(reports=_items(batched), now=T0)
         expected = _one_by_one(_items(alone))
 
     assert [_anonymous(r, batched) for r in results] == [_anonymous(r, alone) for r in expected]
@@ -210,7 +212,7 @@ def test_a_mixed_batch_answers_and_writes_exactly_as_one_by_one(
 def _pulled_many(submitter, submit_agenda, insight, pull, count: int) -> list:
     for n in range(count):
         submit_agenda(submitter, link_id=f"many:{n}", callback_url="https://hooks.example/x")
-    services.insight_fill(insight_id=insight.pk)
+    fill_service.insight_fill(insight_id=insight.pk)
     return pull(insight, count=count)
 
 
@@ -231,7 +233,7 @@ def test_a_batch_of_common_reports_costs_the_same_statements_for_2_or_20_items(
             for item in group
         ]
         with CaptureQueriesContext(connection) as queries:
-            results = services.execution_report_batch(reports=reports)
+            results = report_service.execution_report_batch(reports=reports)
         assert {r.status for r in results} == {200}
         counts.append(len(queries))
 
@@ -245,7 +247,7 @@ def test_a_single_report_locks_its_rows_with_one_statement(submitter, submit_age
     [pulled] = _pulled_many(submitter, submit_agenda, insight, pull, 1)
 
     with CaptureQueriesContext(connection) as queries:
-        services.execution_report(
+        report_service.execution_report(
             execution_id=pulled.execution.pk, lease_token=pulled.execution.lease_token
         )
 

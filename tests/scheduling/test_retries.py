@@ -1,4 +1,5 @@
-"""Retries at the point of failure and their backoff (DESIGN §3), promote (§7)."""
+"""Retries at the point of failure and their backoff (docs/design.md §4), promote (docs/design.md
+§8)."""
 
 from datetime import timedelta
 
@@ -8,7 +9,7 @@ from django.utils import timezone
 
 from agendas.models import AgendaProgress, Execution
 from agendas.services import agenda_rerun
-from scheduling import services
+from scheduling import timed
 from scheduling.models import ReadyAgenda
 from tests.scheduling.conftest import state_of
 
@@ -79,10 +80,10 @@ def test_backoff_doubles_per_attempt_with_jitter_and_promote_waits_for_it(
         assert 8 <= delay <= 12
 
         clock.shift(timedelta(seconds=delay - 0.5))
-        assert services.agendas_promote() == 0
+        assert timed.agendas_promote() == 0
         assert state_of(agenda) == "pending"
         clock.shift(timedelta(seconds=1))
-        assert services.agendas_promote() == 1
+        assert timed.agendas_promote() == 1
         assert state_of(agenda) == "ready"
         assert ReadyAgenda.objects.filter(agenda=agenda).exists()
 
@@ -94,7 +95,7 @@ def test_backoff_doubles_per_attempt_with_jitter_and_promote_waits_for_it(
         assert 16 <= (progress.run_after - second_failed_at).total_seconds() <= 24
 
         clock.shift(timedelta(seconds=25))
-        services.agendas_promote()
+        timed.agendas_promote()
         fill(insight)
         [third] = pull(insight)
         report(third, state="failed", message="still broken")
@@ -112,7 +113,7 @@ def test_backoff_is_capped(submitter, submit_agenda, insight, fill, pull, report
     start = timezone.now()
     with time_machine.travel(start, tick=False) as clock:
         for _ in range(2):
-            services.agendas_promote()
+            timed.agendas_promote()
             fill(insight)
             [pulled] = pull(insight)
             failed_at = timezone.now()
@@ -128,7 +129,7 @@ def test_promote_never_moves_a_do_not_run_agenda(submitter, submit_agenda, insig
     later = submit_agenda(submitter, run_after=timezone.now() + timedelta(minutes=5))
 
     with time_machine.travel(timezone.now() + timedelta(minutes=6)):
-        assert services.agendas_promote() == 1
+        assert timed.agendas_promote() == 1
 
     assert (state_of(held), state_of(later)) == ("pending", "ready")
 

@@ -1,4 +1,4 @@
-"""Timed processes: pop_schedules registration and the sub-minute ticker (DESIGN §7)."""
+"""Timed processes: pop_schedules registration and the sub-minute ticker (docs/design.md §8)."""
 
 from datetime import timedelta
 
@@ -8,7 +8,8 @@ from django.utils import timezone
 from django_q.models import OrmQ
 from django_q.models import Schedule as QSchedule
 
-from scheduling import services, tasks
+from scheduling import fill as fill_service
+from scheduling import tasks
 from scheduling.schedules import RECURRING, TICKER_FUNC, TICKER_NAME, ticked
 from tests.scheduling.conftest import state_of
 
@@ -111,14 +112,14 @@ def test_the_periodic_fill_goes_on_past_an_insight_that_fails(
 ):
     submit_agenda(submitter)
     submit_agenda(submitter, operations=[{"name": "t", "type": "transcode"}])
-    real_fill = services.insight_fill
+    real_fill = fill_service.insight_fill
 
     def fill_or_fail(*, insight_id, now=None):
         if insight_id == insight.pk:
             raise RuntimeError("broken insight")
         return real_fill(insight_id=insight_id, now=now)
 
-    monkeypatch.setattr(services, "insight_fill", fill_or_fail)
+    monkeypatch.setattr(fill_service, "insight_fill", fill_or_fail)
 
     assert tasks.fill() == 1
     assert f"fill of insight {insight.pk} failed" in caplog.text

@@ -1,4 +1,5 @@
-"""Reclaim, time-out and reap (DESIGN §7), and abort/pause of executing agendas (§3, §5.5)."""
+"""Reclaim, time-out and reap (docs/design.md §8), and abort/pause of executing agendas
+(docs/design.md §4; docs/design.md §7)."""
 
 from datetime import timedelta
 
@@ -9,7 +10,7 @@ from django.utils import timezone
 from agendas.models import Agenda, AgendaProgress, Execution, OperationProgress
 from agendas.services import agenda_abort, agenda_pause, agenda_resume
 from agendas.states import InvalidTransition
-from scheduling import services
+from scheduling import timed
 from scheduling.models import CallbackDelivery
 from tests.scheduling.conftest import state_of
 
@@ -44,11 +45,11 @@ def test_expired_lease_is_reclaimed_into_a_retry_and_the_late_report_is_refused(
         )
         reported_at = timezone.now()
         clock.shift(timedelta(seconds=insight.lease_seconds - 1))
-        assert services.executions_reclaim() == 0
+        assert timed.executions_reclaim() == 0
 
         clock.shift(timedelta(seconds=2))
-        assert services.executions_reclaim() == 1
-        assert services.executions_reclaim() == 0  # running it again changes nothing
+        assert timed.executions_reclaim() == 1
+        assert timed.executions_reclaim() == 0  # running it again changes nothing
 
     execution = Execution.objects.get(pk=pulled.execution.pk)
     reason = f"lease expired: no report from worker pod-7 since {reported_at.isoformat()}"
@@ -71,7 +72,7 @@ def test_heartbeats_keep_the_lease(submitter, submit_agenda, insight, fill, pull
         for _ in range(3):
             clock.shift(timedelta(seconds=insight.lease_seconds * 0.6))
             report(pulled)
-            assert services.executions_reclaim() == 0
+            assert timed.executions_reclaim() == 0
 
     assert Execution.objects.get(pk=pulled.execution.pk).outcome is None
 
@@ -84,7 +85,7 @@ def test_reclaim_of_the_last_attempt_fails_the_agenda(
     pull(insight)
 
     with time_machine.travel(timezone.now() + timedelta(seconds=insight.lease_seconds + 1)):
-        services.executions_reclaim()
+        timed.executions_reclaim()
 
     assert state_of(agenda) == "failed"
 
@@ -98,7 +99,7 @@ def test_reclaim_finishes_an_abort_the_worker_never_reported(
     agenda_abort(principal=submitter.user, agenda=agenda)
 
     with time_machine.travel(timezone.now() + timedelta(seconds=insight.lease_seconds + 1)):
-        assert services.executions_reclaim() == 1
+        assert timed.executions_reclaim() == 1
 
     assert state_of(agenda) == "aborted"
     assert set(_operation_states(agenda).values()) == {"aborted"}
@@ -121,12 +122,12 @@ def test_time_out_ends_a_heartbeating_execution_past_max_execution_seconds(
         report(pulled)
         clock.shift(timedelta(seconds=50))
         report(pulled)
-        assert services.executions_time_out() == 0
+        assert timed.executions_time_out() == 0
         clock.shift(timedelta(seconds=30))
         report(pulled)  # still heartbeating: the lease is fine, the run is too long
 
-        assert services.executions_time_out() == 1
-        assert services.executions_reclaim() == 0
+        assert timed.executions_time_out() == 1
+        assert timed.executions_reclaim() == 0
 
     execution = Execution.objects.get(pk=pulled.execution.pk)
     assert execution.outcome == "timed_out"
@@ -210,7 +211,7 @@ def test_reap_deletes_old_terminal_agendas_only(
     report(recent_item, state="failed")
     agenda_abort(principal=submitter.user, agenda=recent)  # terminal, but young
 
-    assert services.agendas_reap(batch_size=1) == 1
+    assert timed.agendas_reap(batch_size=1) == 1
 
     remaining = set(Agenda.objects.values_list("pk", flat=True))
     assert done.pk not in remaining

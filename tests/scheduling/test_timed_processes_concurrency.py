@@ -1,4 +1,5 @@
-"""Each timed process is safe to run twice at once (DESIGN §7): real PostgreSQL, real threads.
+"""Each timed process is safe to run twice at once (docs/design.md §8): real PostgreSQL, real
+threads.
 
 Four runs of the same process start together on the same due work, in small batches so they
 interleave; together they handle every item exactly once and leave nothing half-done.
@@ -11,7 +12,7 @@ from django.db import connection
 from django.utils import timezone
 
 from agendas.models import Agenda, AgendaProgress, Execution
-from scheduling import services
+from scheduling import timed as timed_service
 from scheduling.models import QueuedAgenda, ReadyAgenda
 from tests.threads import all_at_once
 
@@ -51,7 +52,7 @@ def _ended_once() -> None:
 def test_concurrent_reclaims_end_each_expired_lease_exactly_once(executing, insight):
     later = timezone.now() + timedelta(seconds=insight.lease_seconds + 1)
 
-    results = all_at_once(RUNS, services.executions_reclaim, now=later, limit=AGENDAS)
+    results = all_at_once(RUNS, timed_service.executions_reclaim, now=later, limit=AGENDAS)
 
     assert sum(results) == AGENDAS
     _ended_once()
@@ -60,7 +61,7 @@ def test_concurrent_reclaims_end_each_expired_lease_exactly_once(executing, insi
 def test_concurrent_time_outs_end_each_long_run_exactly_once(executing):
     later = timezone.now() + timedelta(seconds=121)
 
-    results = all_at_once(RUNS, services.executions_time_out, now=later, limit=AGENDAS)
+    results = all_at_once(RUNS, timed_service.executions_time_out, now=later, limit=AGENDAS)
 
     assert sum(results) == AGENDAS
     _ended_once()
@@ -74,7 +75,7 @@ def test_concurrent_promotions_make_each_due_agenda_ready_exactly_once(submitter
     assert ReadyAgenda.objects.count() == 0
 
     results = all_at_once(
-        RUNS, services.agendas_promote, now=run_after + timedelta(seconds=1), batch_size=3
+        RUNS, timed_service.agendas_promote, now=run_after + timedelta(seconds=1), batch_size=3
     )
 
     assert sum(results) == AGENDAS
@@ -93,7 +94,7 @@ def test_concurrent_reaps_delete_each_expired_agenda_exactly_once(
 
     results = all_at_once(
         RUNS,
-        services.agendas_reap,
+        timed_service.agendas_reap,
         now=timezone.now() + timedelta(days=ttl, seconds=1),
         batch_size=3,
     )

@@ -17,7 +17,8 @@ from hypothesis import strategies as st
 
 from agendas.models import AgendaProgress
 from resourcepools.models import Membership
-from scheduling.services import insight_fill, insight_pull
+from scheduling.fill import insight_fill
+from scheduling.pull import insight_pull
 from tests.factories import AgendaTemplateFactory
 
 pytestmark = pytest.mark.django_db

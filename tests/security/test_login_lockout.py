@@ -13,7 +13,7 @@ from django.test import Client, RequestFactory
 from rest_framework.test import APIClient
 from rest_framework.throttling import AnonRateThrottle
 
-from popsite.client_ip import client_ip
+from core.client_ip import client_ip
 from tests.factories import UserFactory
 
 pytestmark = pytest.mark.django_db

@@ -26,6 +26,7 @@ from rest_framework.test import APIClient, APIRequestFactory
 from accounts.authentication import ApiTokenAuthentication
 from accounts.models import ApiToken
 from accounts.services import LAST_USED_RESOLUTION, token_issue
+from core.principals import SYSTEM
 from popclient.cli import main as pop_main
 from popclient.client import PopClient
 from resourcepools.models import Membership
@@ -102,7 +103,7 @@ def test_the_login_answer_keeps_its_shape_and_names_the_token(submitter):
 
 
 def test_an_expired_token_is_401_and_changes_nothing(submitter, insight):
-    issued = token_issue(principal=None, user=submitter.user, name="old", lifetime=timedelta(1))
+    issued = token_issue(principal=SYSTEM, user=submitter.user, name="old", lifetime=timedelta(1))
     ApiToken.objects.filter(pk=issued.token.pk).update(expiry=timezone.now() - timedelta(seconds=1))
     before = tokens_of(submitter.user)
 
@@ -115,7 +116,7 @@ def test_an_expired_token_is_401_and_changes_nothing(submitter, insight):
 
 def test_a_new_token_expires_after_the_default_lifetime_unless_told_otherwise(submitter, settings):
     settings.POP_TOKEN_TTL_DAYS = 30
-    client = caller(token_issue(principal=None, user=submitter.user, name="cli").key)
+    client = caller(token_issue(principal=SYSTEM, user=submitter.user, name="cli").key)
 
     default = client.post(TOKENS, {"name": "a"}, format="json").json()
     week = client.post(TOKENS, {"name": "b", "expires_in_days": 7}, format="json").json()
@@ -133,8 +134,8 @@ def test_a_new_token_expires_after_the_default_lifetime_unless_told_otherwise(su
 
 
 def test_a_revoked_token_is_401_while_a_second_token_of_the_same_user_still_works(submitter):
-    laptop = token_issue(principal=None, user=submitter.user, name="laptop")
-    worker = token_issue(principal=None, user=submitter.user, name="worker")
+    laptop = token_issue(principal=SYSTEM, user=submitter.user, name="laptop")
+    worker = token_issue(principal=SYSTEM, user=submitter.user, name="worker")
 
     revoked = caller(worker.key).delete(f"{TOKENS}{laptop.token.pk}/")
 
@@ -145,7 +146,7 @@ def test_a_revoked_token_is_401_while_a_second_token_of_the_same_user_still_work
 
 
 def test_the_list_shows_names_and_times_but_never_a_key_or_hash(submitter):
-    client = caller(token_issue(principal=None, user=submitter.user, name="cli").key)
+    client = caller(token_issue(principal=SYSTEM, user=submitter.user, name="cli").key)
     created = client.post(TOKENS, {"name": "deploy"}, format="json")
     key = created.json()["token"]
 
@@ -163,8 +164,8 @@ def test_the_list_shows_names_and_times_but_never_a_key_or_hash(submitter):
 
 
 def test_a_user_cannot_see_or_revoke_another_users_token(submitter, other_submitter):
-    mine = token_issue(principal=None, user=submitter.user, name="mine")
-    theirs = token_issue(principal=None, user=other_submitter.user, name="theirs")
+    mine = token_issue(principal=SYSTEM, user=submitter.user, name="mine")
+    theirs = token_issue(principal=SYSTEM, user=other_submitter.user, name="theirs")
     before = sorted(ApiToken.objects.values_list("pk", "name"))
 
     client = caller(mine.key)
@@ -179,8 +180,8 @@ def test_a_user_cannot_see_or_revoke_another_users_token(submitter, other_submit
 
 
 def test_staff_list_and_revoke_anyones_token(staff_user, submitter):
-    staff = caller(token_issue(principal=None, user=staff_user, name="ops").key)
-    theirs = token_issue(principal=None, user=submitter.user, name="theirs")
+    staff = caller(token_issue(principal=SYSTEM, user=staff_user, name="ops").key)
+    theirs = token_issue(principal=SYSTEM, user=submitter.user, name="theirs")
 
     listed = staff.get(TOKENS, {"user": submitter.user.pk}).json()["results"]
     revoked = staff.delete(f"{TOKENS}{theirs.token.pk}/")
@@ -198,7 +199,7 @@ def test_a_customer_admin_lists_and_revokes_one_token_of_its_worker_member(
 ):
     deploy_worker = make_principal(customer, Membership.Role.WORKER, username="acme-puller")
     member = Membership.objects.get(user=deploy_worker.user)
-    admin = caller(token_issue(principal=None, user=admin_member.user, name="cli").key)
+    admin = caller(token_issue(principal=SYSTEM, user=admin_member.user, name="cli").key)
     first = admin.post(members_url(customer, member, "token/"), {"name": "deploy-a"}).json()
     second = admin.post(members_url(customer, member, "token/"), {"name": "deploy-b"}).json()
 
@@ -217,9 +218,9 @@ def test_a_customer_admin_lists_and_revokes_one_token_of_its_worker_member(
 def test_a_customer_admin_cannot_see_or_revoke_another_customers_tokens(
     admin_member, customer, other_customer, other_submitter
 ):
-    theirs = token_issue(principal=None, user=other_submitter.user, name="theirs")
+    theirs = token_issue(principal=SYSTEM, user=other_submitter.user, name="theirs")
     foreign_member = Membership.objects.get(user=other_submitter.user)
-    admin = caller(token_issue(principal=None, user=admin_member.user, name="cli").key)
+    admin = caller(token_issue(principal=SYSTEM, user=admin_member.user, name="cli").key)
     before = sorted(ApiToken.objects.values_list("pk", "name", "expiry"))
 
     answers = [
@@ -240,9 +241,9 @@ def test_a_customer_admin_cannot_see_or_revoke_another_customers_tokens(
 def test_a_token_of_another_member_is_404_through_this_members_route(
     admin_member, customer, submitter, viewer
 ):
-    viewers = token_issue(principal=None, user=viewer.user, name="viewer")
+    viewers = token_issue(principal=SYSTEM, user=viewer.user, name="viewer")
     submitter_member = Membership.objects.get(user=submitter.user)
-    admin = caller(token_issue(principal=None, user=admin_member.user, name="cli").key)
+    admin = caller(token_issue(principal=SYSTEM, user=admin_member.user, name="cli").key)
 
     response = admin.delete(members_url(customer, submitter_member, f"tokens/{viewers.token.pk}/"))
 
@@ -254,7 +255,7 @@ def test_a_token_of_another_member_is_404_through_this_members_route(
 
 
 def test_last_used_at_is_stamped_once_and_not_rewritten_on_every_request(submitter, insight):
-    issued = token_issue(principal=None, user=submitter.user, name="puller")
+    issued = token_issue(principal=SYSTEM, user=submitter.user, name="puller")
     client = caller(issued.key)
 
     client.get(AGENDAS)
@@ -271,7 +272,7 @@ def test_last_used_at_is_stamped_once_and_not_rewritten_on_every_request(submitt
 
 
 def test_last_used_at_is_rewritten_once_it_is_a_minute_old(submitter, insight):
-    issued = token_issue(principal=None, user=submitter.user, name="puller")
+    issued = token_issue(principal=SYSTEM, user=submitter.user, name="puller")
     stale = timezone.now() - LAST_USED_RESOLUTION - timedelta(seconds=1)
     ApiToken.objects.filter(pk=issued.token.pk).update(last_used_at=stale)
 
@@ -281,7 +282,7 @@ def test_last_used_at_is_rewritten_once_it_is_a_minute_old(submitter, insight):
 
 
 def test_a_successful_authentication_names_the_token_on_the_django_request(submitter):
-    issued = token_issue(principal=None, user=submitter.user, name="worker-farm-a")
+    issued = token_issue(principal=SYSTEM, user=submitter.user, name="worker-farm-a")
     django_request = APIRequestFactory().get(AGENDAS, HTTP_AUTHORIZATION=f"Token {issued.key}")
     user, token = ApiTokenAuthentication().authenticate(Request(django_request))
 
@@ -358,7 +359,7 @@ def run_pop(factory, *argv, env):
 
 
 def test_pop_tokens_create_list_and_revoke_against_the_server(wsgi_factory, submitter, tmp_path):
-    key = token_issue(principal=None, user=submitter.user, name="cli").key
+    key = token_issue(principal=SYSTEM, user=submitter.user, name="cli").key
     env = {"POP_TOKEN": key}
 
     code, out, _ = run_pop(wsgi_factory, "tokens", "create", "deploy", "--json", env=env)
@@ -379,7 +380,7 @@ def test_pop_tokens_create_list_and_revoke_against_the_server(wsgi_factory, subm
 
 def test_pop_tokens_create_can_write_the_key_to_a_private_file(wsgi_factory, submitter, tmp_path):
     token_file = tmp_path / "worker.token"
-    env = {"POP_TOKEN": token_issue(principal=None, user=submitter.user, name="cli").key}
+    env = {"POP_TOKEN": token_issue(principal=SYSTEM, user=submitter.user, name="cli").key}
 
     code, out, _ = run_pop(
         wsgi_factory, "tokens", "create", "worker", "--no-expiry", "--output", str(token_file),

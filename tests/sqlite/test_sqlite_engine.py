@@ -1,4 +1,4 @@
-"""The embedded database of `make run`: the engine's SQLite fallbacks (DESIGN §5.1, §5.3).
+"""The embedded database of `make run`: the engine's SQLite fallbacks (docs/design.md §6.1, §6.3).
 
 The rest of the suite runs on PostgreSQL, where claims use SKIP LOCKED and fills an advisory
 try-lock. On SQLite every write transaction is `BEGIN IMMEDIATE` (popsite/settings.py) and the
@@ -28,13 +28,14 @@ SCRIPT = textwrap.dedent(
     call_command("pop_demo", verbosity=0)
     from agendas.models import Agenda, AgendaProgress, Execution
     from agendas.services import agenda_submit
+    from core.principals import SYSTEM
     from resourcepools.models import Insight
-    from scheduling import services
+    from scheduling import fill, pull, report
 
     template = Agenda.objects.order_by("created_at").first()
     for index in range(120):
         agenda_submit(
-            principal=None, customer=template.customer, operations=template.operations,
+            principal=SYSTEM, customer=template.customer, operations=template.operations,
             external_id=f"sqlite-{index}",
         )
     insights = list(Insight.objects.all())
@@ -46,14 +47,14 @@ SCRIPT = textwrap.dedent(
             while idle < 3:
                 got = []
                 for insight in insights:
-                    services.insight_fill(insight_id=insight.pk)
-                    got += services.insight_pull(
-                        principal=None, insight=insight, worker=f"w{number}", count=5
+                    fill.insight_fill(insight_id=insight.pk)
+                    got += pull.insight_pull(
+                        principal=SYSTEM, insight=insight, worker=f"w{number}", count=5
                     )
                 idle = 0 if got else idle + 1
                 for item in got:
                     pulled.append(str(item.agenda.pk))
-                    services.execution_report(
+                    report.execution_report(
                         execution_id=item.execution.pk,
                         lease_token=item.execution.lease_token,
                         state="succeeded",

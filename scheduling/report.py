@@ -1,36 +1,28 @@
-"""Scheduling services: fill, pull, report, promote, reclaim, time-out, reap (DESIGN §5, §7).
-
-Every state change goes through agendas/states.py; this module decides *what* to move and
-holds the locks and transactions around it. Unscoped queries here serve the timed processes
-and the puller API only (STYLE rule 8).
+"""Report (docs/design.md §6.4): a worker's progress and outcome for its execution, one or a batch:
+lock, check the lease, apply, roll up, renew or end. Also the operations a generator adds.
 """
 
 import functools
 import hmac
 import logging
-import math
-import time
 from collections import Counter
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from datetime import datetime, timedelta
 
-from django.conf import settings
 from django.core.exceptions import PermissionDenied, ValidationError
 from django.db import connection, transaction
-from django.db.models import Count, Exists, F, OuterRef
 from django.http import Http404
 from django.utils import timezone
 
 from agendas import states
 from agendas.models import Agenda, AgendaProgress, Execution, OperationProgress
 from agendas.rows import RowLoader, load_row
-from agendas.states import TERMINAL, InvalidTransition, S
+from agendas.states import InvalidTransition, S
 from agendas.validation import validate_operations
-from resourcepools.models import Customer, Insight, Membership
-from resourcepools.selectors import Principal, require_role
-from scheduling import fairness, metrics
-from scheduling.locks import database_is_postgresql, insight_fill_try_lock
-from scheduling.models import InsightScheduleInfo, QueuedAgenda, ReadyAgenda
+from core.errors import refusal_status, validation_messages
+from resourcepools.models import Customer, Insight
+from scheduling import metrics
+from scheduling.locks import database_is_postgresql
 
 logger = logging.getLogger("pop.scheduling")
 Outcome = Execution.Outcome
@@ -40,360 +32,7 @@ REPORT_OUTCOMES: dict[str, str] = {
     S.ABORTED: Outcome.ABORTED,
     S.PAUSED: Outcome.PAUSED,
 }
-MAX_PULL_COUNT = 100
-MAX_WAIT_SECONDS = 20.0
 MAX_BATCH_REPORTS = 100
-
-
-# --- Fill (DESIGN §5.1) --------------------------------------------------------------------
-
-
-@dataclass(frozen=True)
-class FillResult:
-    insight_id: object
-    moved: int = 0
-    room: int = 0
-    skipped: bool = False  # another filler holds the insight's lock
-
-
-@dataclass
-class _Candidates:
-    """Per customer, its best ready agendas in order (priority desc, then oldest)."""
-
-    by_customer: dict[object, list[fairness.ReadyCandidate]] = field(default_factory=dict)
-    limits: dict[object, int] = field(default_factory=dict)
-
-    def exhausted(self, picked: dict[object, int]) -> list[object]:
-        """Customers whose every row read was picked, and who may have more we never read."""
-        return [
-            customer_id
-            for customer_id, rows in self.by_customer.items()
-            if rows
-            and len(rows) >= self.limits.get(customer_id, 0)
-            and picked.get(customer_id, 0) >= len(rows)
-        ]
-
-
-def insight_fill(*, insight_id: object, now: datetime | None = None) -> FillResult:
-    """Move up to `room` ready agendas of the insight into its queue, fairly, in one transaction.
-
-    Takes the insight's advisory try-lock (a concurrent filler returns `skipped`), locks its
-    InsightScheduleInfo row and the moved progress rows. Reads O(customers with ready work +
-    room) ready rows, never a customer's whole backlog.
-    """
-    now = now or timezone.now()
-    with transaction.atomic():
-        if not insight_fill_try_lock(insight_id):
-            return FillResult(insight_id=insight_id, skipped=True)
-        insight = Insight.objects.filter(pk=insight_id).first()
-        if insight is None:
-            return FillResult(insight_id=insight_id)  # deleted since the nudge
-        info, _ = InsightScheduleInfo.objects.select_for_update().get_or_create(insight=insight)
-        room = _fill_room(insight)
-        if room <= 0:
-            return FillResult(insight_id=insight_id, room=max(room, 0))
-        customer_ids = _customers_with_ready_work(insight.pk)
-        if not customer_ids:
-            return FillResult(insight_id=insight_id, room=room)
-        customers = {
-            pk: (weight, cap)
-            for pk, weight, cap in Customer.objects.filter(pk__in=customer_ids).values_list(
-                "pk", "weight", "max_executing"
-            )
-        }
-        allowance = _cap_allowance(
-            {pk: cap for pk, (_, cap) in customers.items() if cap is not None}
-        )
-        # What each customer may take now: the room, less for one near its max_executing cap.
-        takes = {pk: max(0, min(room, allowance.get(pk, room))) for pk in customer_ids}
-        # Read about room/customers rows each. While the picker takes every row read of some
-        # customer that has more, its choice may be wrong (fifo: that customer's next row may
-        # be older than a pick; weighted: it may deserve more): re-read just those customers
-        # with twice the limit and pick again. Rows read stay within a small multiple of
-        # customers + room, however long any backlog is.
-        share = math.ceil(room / len(customer_ids)) + 1
-        candidates = _Candidates(by_customer={pk: [] for pk in customer_ids})
-        _read_candidates(insight.pk, candidates, {pk: min(share, k) for pk, k in takes.items()})
-        weights = {str(pk): customers[pk][0] for pk in customer_ids if pk in customers}
-        while True:
-            picks, state = _pick(insight, info, candidates, room, weights)
-            if len(picks) >= room and insight.scheduling_algorithm == Insight.Algorithm.ROUND_ROBIN:
-                break  # one per customer per round: nobody can be short-changed at full room
-            emptied = candidates.exhausted(_count_by_customer(picks))
-            more = {
-                pk: min(takes[pk], candidates.limits[pk] * 2)
-                for pk in emptied
-                if takes[pk] > candidates.limits[pk]
-            }
-            if not more:
-                break
-            _read_candidates(insight.pk, candidates, more)
-        moved = states.progress_queue_many(
-            insight_id=insight.pk,
-            entries=[(pick.agenda_id, pick.customer_id) for pick in picks],
-            first_position=info.next_position,
-            now=now,
-        )
-        info.next_position += len(moved)
-        info.pending_customer_ids = state.get("pending_customer_ids", info.pending_customer_ids)
-        info.deficits = state.get("deficits", info.deficits)
-        info.last_fill_at = now
-        info.last_fill_count = len(moved)
-        info.save(
-            update_fields=[
-                "next_position",
-                "pending_customer_ids",
-                "deficits",
-                "last_fill_at",
-                "last_fill_count",
-            ]
-        )
-    if moved:
-        metrics.FILLS.labels(insight.name).inc()
-        metrics.FILLED_AGENDAS.labels(insight.name).inc(len(moved))
-    return FillResult(insight_id=insight_id, moved=len(moved), room=room)
-
-
-def insights_to_fill() -> list[object]:
-    """Ids of the insights whose queue has room and that have ready work (the periodic fill)."""
-    return list(
-        Insight.objects.annotate(queued=Count("queued_agendas"))
-        .filter(queued__lt=F("queue_size"))
-        .filter(Exists(ReadyAgenda.objects.filter(insight_id=OuterRef("pk"))))
-        .values_list("pk", flat=True)
-    )
-
-
-def insights_fill(*, now: datetime | None = None) -> int:
-    """Fill every insight that has room and ready work; return the agendas moved."""
-    return sum(insight_fill(insight_id=pk, now=now).moved for pk in insights_to_fill())
-
-
-def _fill_room(insight: Insight) -> int:
-    queued = QueuedAgenda.objects.filter(insight_id=insight.pk).count()
-    room = insight.queue_size - queued
-    if insight.execution_limit is not None:
-        executing = Execution.objects.filter(insight_id=insight.pk, outcome__isnull=True).count()
-        room = min(room, insight.execution_limit - executing - queued)
-    return room
-
-
-def _cap_allowance(caps: dict[object, int]) -> dict[object, int]:
-    """For customers with `max_executing`, how many more they may have queued or executing."""
-    if not caps:
-        return {}
-    queued = dict(
-        QueuedAgenda.objects.filter(customer_id__in=list(caps))
-        .values_list("customer_id")
-        .annotate(n=Count("pk"))
-        .values_list("customer_id", "n")
-        .order_by()
-    )
-    executing = dict(
-        Execution.objects.filter(customer_id__in=list(caps), outcome__isnull=True)
-        .values_list("customer_id")
-        .annotate(n=Count("pk"))
-        .values_list("customer_id", "n")
-        .order_by()
-    )
-    return {pk: cap - queued.get(pk, 0) - executing.get(pk, 0) for pk, cap in caps.items()}
-
-
-# Skip scan: one index probe per distinct customer of the insight, instead of reading every
-# ready row (DISTINCT) or ranking them all (window function). DESIGN §5.1 has the figures.
-_SKIP_SCAN_SQL = """
-WITH RECURSIVE customers(customer_id) AS (
-    (SELECT customer_id FROM {table} WHERE insight_id = %s ORDER BY customer_id LIMIT 1)
-    UNION ALL
-    SELECT (SELECT r.customer_id FROM {table} r
-            WHERE r.insight_id = %s AND r.customer_id > c.customer_id
-            ORDER BY r.customer_id LIMIT 1)
-    FROM customers c WHERE c.customer_id IS NOT NULL
-)
-SELECT customer_id FROM customers WHERE customer_id IS NOT NULL
-"""
-# Each customer's best k rows, read straight off the (insight, customer, -priority, added_at)
-# index: k rows per customer, however long its backlog.
-_LATERAL_SQL = """
-SELECT c.customer_id, r.agenda_id, r.priority, r.added_at
-FROM unnest(%s::uuid[], %s::int[]) WITH ORDINALITY AS c(customer_id, k, ord)
-CROSS JOIN LATERAL (
-    SELECT agenda_id, priority, added_at FROM {table}
-    WHERE insight_id = %s AND customer_id = c.customer_id
-    ORDER BY priority DESC, added_at
-    LIMIT c.k
-) r
-ORDER BY c.ord, r.priority DESC, r.added_at
-"""
-
-
-def _customers_with_ready_work(insight_id: object) -> list[object]:
-    table = connection.ops.quote_name(ReadyAgenda._meta.db_table)
-    if database_is_postgresql():
-        with connection.cursor() as cursor:
-            cursor.execute(_SKIP_SCAN_SQL.format(table=table), [insight_id, insight_id])
-            return [row[0] for row in cursor.fetchall()]
-    return list(
-        ReadyAgenda.objects.filter(insight_id=insight_id)
-        .order_by("customer_id")
-        .values_list("customer_id", flat=True)
-        .distinct()
-    )
-
-
-def _read_candidates(
-    insight_id: object, candidates: _Candidates, limits: dict[object, int]
-) -> None:
-    candidates.limits.update(limits)
-    limits = {pk: k for pk, k in limits.items() if k > 0}
-    if not limits:
-        return
-    rows: dict[object, list[fairness.ReadyCandidate]] = {pk: [] for pk in limits}
-    if database_is_postgresql():
-        table = connection.ops.quote_name(ReadyAgenda._meta.db_table)
-        with connection.cursor() as cursor:
-            cursor.execute(
-                _LATERAL_SQL.format(table=table),
-                [list(limits), list(limits.values()), insight_id],
-            )
-            for customer_id, agenda_id, priority, added_at in cursor.fetchall():
-                rows[customer_id].append(_candidate(agenda_id, customer_id, priority, added_at))
-    else:
-        for customer_id, k in limits.items():
-            for agenda_id, priority, added_at in (
-                ReadyAgenda.objects.filter(insight_id=insight_id, customer_id=customer_id)
-                .order_by("-priority", "added_at")
-                .values_list("agenda_id", "priority", "added_at")[:k]
-            ):
-                rows[customer_id].append(_candidate(agenda_id, customer_id, priority, added_at))
-    candidates.by_customer.update(rows)
-
-
-def _candidate(
-    agenda_id: object, customer_id: object, priority: int, added_at: datetime
-) -> fairness.ReadyCandidate:
-    return fairness.ReadyCandidate(
-        agenda_id=agenda_id, customer_id=customer_id, priority=priority, added_at=added_at
-    )
-
-
-def _pick(
-    insight: Insight,
-    info: InsightScheduleInfo,
-    candidates: _Candidates,
-    room: int,
-    weights: dict[str, int],
-) -> tuple[list[fairness.ReadyCandidate], dict]:
-    return fairness.pick(
-        insight.scheduling_algorithm,
-        candidates.by_customer,
-        room,
-        state={"pending_customer_ids": info.pending_customer_ids, "deficits": info.deficits},
-        weights=weights,
-    )
-
-
-def _count_by_customer(picks: list[fairness.ReadyCandidate]) -> dict[object, int]:
-    counts: dict[object, int] = {}
-    for pick in picks:
-        counts[pick.customer_id] = counts.get(pick.customer_id, 0) + 1
-    return counts
-
-
-# --- Pull (DESIGN §5.3) --------------------------------------------------------------------
-
-
-@dataclass(frozen=True)
-class PulledAgenda:
-    """One leased agenda: the request, the progress a retry resumes from, and the lease."""
-
-    agenda: Agenda
-    progress: AgendaProgress
-    operations: list[OperationProgress]
-    execution: Execution
-
-    @property
-    def prior_progress(self) -> dict:
-        """The progress a retry resumes from (DESIGN §5.3)."""
-        return {
-            "state": self.progress.state,
-            "attempts_completed": self.progress.attempts_completed,
-            "percent_complete": self.progress.percent_complete,
-            "message": self.progress.message,
-            "operations": self.operations,
-        }
-
-    @property
-    def operations_to_run(self) -> list[dict]:
-        """The submitted operations, then those generated by earlier attempts (DESIGN §3)."""
-        generated = [op.generated_definition for op in self.operations if op.is_generated]
-        return [*self.agenda.operations, *generated]
-
-
-def insight_pull(
-    *,
-    principal: Principal | None,
-    insight: Insight,
-    worker: str = "",
-    count: int = 1,
-    wait_seconds: float = 0.0,
-) -> list[PulledAgenda]:
-    """Lease up to `count` queued agendas of `insight` to `worker`, long-polling `wait_seconds`.
-
-    Each check is one short transaction (queue + progress rows locked with SKIP LOCKED). The
-    wait happens outside any transaction and without a database connection: it is closed
-    between checks, so a thousand idle pullers hold no connections.
-    """
-    require_role(principal, insight.resource_pool.owner_id, Membership.Role.WORKER)
-    if not 1 <= count <= MAX_PULL_COUNT:
-        raise ValidationError({"count": [f"Must be between 1 and {MAX_PULL_COUNT}."]})
-    if not 0 <= wait_seconds <= MAX_WAIT_SECONDS:
-        raise ValidationError({"wait_seconds": [f"Must be between 0 and {MAX_WAIT_SECONDS:g}."]})
-    deadline = time.monotonic() + wait_seconds
-    pause = float(getattr(settings, "POP_PULL_POLL_SECONDS", 0.05))
-    while True:
-        pulled = insight_pull_once(insight=insight, worker=worker, count=count)
-        left = deadline - time.monotonic()
-        if pulled or left <= 0:
-            metrics.PULLS.labels(insight.name).inc()
-            return pulled
-        if not connection.in_atomic_block:
-            connection.close()
-        time.sleep(min(pause, left))
-        pause = min(pause * 2, 0.5)
-
-
-def insight_pull_once(*, insight: Insight, worker: str, count: int) -> list[PulledAgenda]:
-    """One claim: lease up to `count` agendas in queue order, then read their operations.
-
-    The claim (`states.queue_claim`) locks the claimed queue and progress rows, and nudges a
-    fill when it leaves the queue under half full or finds it empty while work is ready.
-    """
-    started = time.perf_counter()
-    now = timezone.now()
-    with transaction.atomic():
-        claimed = states.queue_claim(insight=insight, count=count, worker=worker, now=now)
-    if not claimed:
-        return []
-    operations: dict[object, list[OperationProgress]] = {}
-    for operation in OperationProgress.objects.filter(
-        agenda_progress_id__in=[progress.pk for progress, _ in claimed]
-    ).order_by("agenda_progress_id", "position"):
-        operations.setdefault(operation.agenda_progress_id, []).append(operation)
-    metrics.PULL_LATENCY.labels(insight.name).observe(time.perf_counter() - started)
-    metrics.PULLED_AGENDAS.labels(insight.name).inc(len(claimed))
-    return [
-        PulledAgenda(
-            agenda=progress.agenda,
-            progress=progress,
-            operations=operations.get(progress.pk, []),
-            execution=execution,
-        )
-        for progress, execution in claimed
-    ]
-
-
-# --- Report (DESIGN §5.4) ------------------------------------------------------------------
 
 
 @dataclass(frozen=True)
@@ -485,14 +124,17 @@ def execution_report_batch(
 
 
 def _refused(execution_id: object, error: Exception) -> BatchItemResult:
-    if isinstance(error, ValidationError):
-        return BatchItemResult(execution_id, 400, detail="invalid report", errors=_errors_of(error))
-    if isinstance(error, PermissionDenied):
-        return BatchItemResult(execution_id, 403, detail=str(error))
-    if isinstance(error, Http404):
-        return BatchItemResult(execution_id, 404, detail=str(error))
-    assert isinstance(error, InvalidTransition)
-    return BatchItemResult(execution_id, 409, detail=str(error), current_state=error.current_state)
+    code = refusal_status(error)
+    assert code is not None, error
+    if code == 400:
+        return BatchItemResult(
+            execution_id, 400, detail="invalid report", errors=validation_messages(error)
+        )
+    if code == 409:
+        return BatchItemResult(
+            execution_id, 409, detail=str(error), current_state=error.current_state
+        )
+    return BatchItemResult(execution_id, code, detail=str(error))
 
 
 _REPORT_FIELDS = frozenset(
@@ -625,12 +267,6 @@ def _write_together(together: list[_Together], *, now: datetime) -> dict[int, Ba
             )
         results[entry.index] = BatchItemResult(execution_id, 200, answer=answer)
     return results
-
-
-def _errors_of(error: ValidationError) -> dict:
-    if hasattr(error, "error_dict"):
-        return {key: [str(m) for m in messages] for key, messages in error.message_dict.items()}
-    return {"non_field_errors": [str(message) for message in error.messages]}
 
 
 # What a report reads besides the locked progress and execution rows: the lease length, the
@@ -881,12 +517,12 @@ def execution_add_operations(
 ) -> list[OperationProgress]:
     """Append generated operations to the running agenda (POP updateAgenda); renews the lease.
 
-    Each operation is checked with the rules of a submitted one (DESIGN §4.2) against the
+    Each operation is checked with the rules of a submitted one (docs/design.md §5.1) against the
     agenda's operations plus those generated before: names new to the agenda
     (case-insensitively), `depends_on` and references naming known operations, no cycles.
     Any problem is a 400 by field path (`operations.<i>.…`, indexes of `operations`) and
     nothing is written. Its whole definition is kept, so a retry's pull hands it to the next
-    worker (DESIGN §3). Repeating an already generated operation with the same definition is
+    worker (docs/design.md §4). Repeating an already generated operation with the same definition is
     accepted and changes nothing, so a retried call is harmless. Locks the progress and
     execution rows.
     """
@@ -954,154 +590,3 @@ def _generated_operations_check(
     if errors:
         raise ValidationError(errors)
     return new, repeated
-
-
-# --- Timed processes (DESIGN §7) -----------------------------------------------------------
-
-
-def agendas_promote(*, now: datetime | None = None, batch_size: int = 1000) -> int:
-    """Move pending agendas whose `run_after` passed to ready, in batches; return the count."""
-    now = now or timezone.now()
-    total = 0
-    while True:
-        with transaction.atomic():
-            promoted = sum(states.progress_promote_due(now=now, limit=batch_size).values())
-        total += promoted
-        if promoted < batch_size:
-            return total
-
-
-def executions_reclaim(*, now: datetime | None = None, limit: int = 1000) -> int:
-    """End executions whose lease expired: retry policy, or `aborted` when an abort was asked.
-
-    One short transaction per execution; a progress row locked by an in-flight report is
-    skipped (SKIP LOCKED) and looked at again next run, so two reclaimers never collide.
-    """
-    now = now or timezone.now()
-    expired = list(
-        Execution.objects.filter(outcome__isnull=True, lease_expires_at__lt=now)
-        .order_by("lease_expires_at")
-        .values_list("pk", "agenda_id")[:limit]
-    )
-    reclaimed = 0
-    for execution_id, agenda_id in expired:
-        with transaction.atomic():
-            locked = _lock_open_execution(execution_id, agenda_id)
-            if locked is None:
-                continue
-            progress, execution = locked
-            if execution.lease_expires_at >= now:
-                continue  # renewed by a report meanwhile
-            since = execution.last_report_at or execution.started_at
-            reason = (
-                f"lease expired: no report from worker {execution.worker or '(unnamed)'} "
-                f"since {since.isoformat()}"
-            )
-            _end_abandoned(
-                progress, execution, Outcome.RECLAIMED, reason, code="lease_expired", now=now
-            )
-            reclaimed += 1
-    if reclaimed:
-        metrics.RECLAIMS.inc(reclaimed)
-        logger.info("reclaimed %d execution(s) with expired leases", reclaimed)
-    return reclaimed
-
-
-def executions_time_out(*, now: datetime | None = None, limit: int = 1000) -> int:
-    """End executions running longer than their insight's `max_execution_seconds`, even while
-    heartbeating (`timed_out` → retry policy). One short transaction per execution."""
-    now = now or timezone.now()
-    timed_out = 0
-    for insight_id, max_seconds in Insight.objects.values_list("pk", "max_execution_seconds"):
-        cutoff = now - timedelta(seconds=max_seconds)
-        overdue = list(
-            Execution.objects.filter(
-                insight_id=insight_id, outcome__isnull=True, started_at__lt=cutoff
-            )
-            .order_by("started_at")
-            .values_list("pk", "agenda_id")[:limit]
-        )
-        for execution_id, agenda_id in overdue:
-            with transaction.atomic():
-                locked = _lock_open_execution(execution_id, agenda_id)
-                if locked is None:
-                    continue
-                progress, execution = locked
-                reason = (
-                    f"timed out: running since {execution.started_at.isoformat()}, longer than "
-                    f"the insight's max_execution_seconds={max_seconds}"
-                )
-                _end_abandoned(
-                    progress, execution, Outcome.TIMED_OUT, reason, code="timed_out", now=now
-                )
-                timed_out += 1
-    if timed_out:
-        metrics.TIMEOUTS.inc(timed_out)
-        logger.info("timed out %d execution(s)", timed_out)
-    return timed_out
-
-
-def _lock_open_execution(
-    execution_id: object, agenda_id: object
-) -> tuple[AgendaProgress, Execution] | None:
-    progress = (
-        AgendaProgress.objects.select_for_update(skip_locked=True, of=("self",))
-        .select_related("agenda", "agenda__customer")
-        .filter(agenda_id=agenda_id)
-        .first()
-    )
-    if progress is None:
-        return None
-    execution = Execution.objects.select_for_update().filter(pk=execution_id).first()
-    if execution is None or execution.outcome is not None:
-        return None
-    return progress, execution
-
-
-def _end_abandoned(
-    progress: AgendaProgress,
-    execution: Execution,
-    outcome: str,
-    reason: str,
-    *,
-    code: str,
-    now: datetime,
-) -> None:
-    entry = states.diagnostic(reason, code=code, detail={"execution": str(execution.pk)}, now=now)
-    if progress.current_execution_id != execution.pk or progress.state != S.EXECUTING:
-        states.execution_close(execution, outcome, now=now, diagnostics=[entry])
-        return
-    if not progress.abort_requested:
-        states.operations_fail_running(progress, message=reason, now=now)
-    states.execution_end(progress, execution, outcome, now=now, message=reason, diagnostics=[entry])
-    metrics.OUTCOMES.labels(outcome).inc()
-
-
-def agendas_reap(*, now: datetime | None = None, batch_size: int | None = None) -> int:
-    """Delete terminal agendas older than their customer's `data_ttl_days`, with progress,
-    operations, executions and callback rows, in batches of ≤ batch_size; never a
-    non-terminal agenda. Locks each batch's progress rows (SKIP LOCKED) before deleting."""
-    now = now or timezone.now()
-    batch_size = min(batch_size or int(getattr(settings, "POP_REAP_BATCH_SIZE", 1000)), 1000)
-    reaped = 0
-    for customer_id, ttl_days in Customer.objects.values_list("pk", "data_ttl_days"):
-        cutoff = now - timedelta(days=ttl_days)
-        while True:
-            with transaction.atomic():
-                agenda_ids = list(
-                    AgendaProgress.objects.select_for_update(skip_locked=True)
-                    .filter(customer_id=customer_id, state__in=TERMINAL, completed_at__lt=cutoff)
-                    .values_list("agenda_id", flat=True)[:batch_size]
-                )
-                if agenda_ids:
-                    Agenda.objects.filter(
-                        pk__in=agenda_ids,
-                        progress__state__in=TERMINAL,
-                        progress__completed_at__lt=cutoff,
-                    ).delete()
-            reaped += len(agenda_ids)
-            if len(agenda_ids) < batch_size:
-                break
-    if reaped:
-        logger.info("reaped %d terminal agenda(s)", reaped)
-    return reaped

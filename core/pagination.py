@@ -1,6 +1,6 @@
-"""API pagination (DESIGN §8): `?limit=&offset=`, default 100, max 1000.
+"""API pagination (docs/design.md §10): `?limit=&offset=`, default 100, max 1000.
 
-Kept apart from popsite/api.py on purpose: DRF imports DEFAULT_PAGINATION_CLASS while
+Kept apart from core/api.py on purpose: DRF imports DEFAULT_PAGINATION_CLASS while
 `rest_framework.generics` is still initialising, so this module must not import anything
 that needs generics (viewsets, drf-spectacular's AutoSchema).
 """

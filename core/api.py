@@ -7,7 +7,6 @@ from datetime import UTC
 from typing import Any
 
 import django_filters
-from django.core.exceptions import PermissionDenied as DjangoPermissionDenied
 from django.core.exceptions import RequestDataTooBig
 from django.core.exceptions import ValidationError as DjangoValidationError
 from django.db.models import Model, ProtectedError, QuerySet
@@ -24,12 +23,13 @@ from rest_framework.response import Response
 from rest_framework.serializers import as_serializer_error
 from rest_framework.views import exception_handler as drf_exception_handler
 
-from agendas.states import InvalidTransition
-from popsite.pagination import Pagination as Pagination  # re-export; see that module
-from popsite.parsers import LimitedJSONParser as LimitedJSONParser  # re-export
-from popsite.parsers import PayloadTooLarge as PayloadTooLarge  # re-export
-from popsite.parsers import body_limit
-from scheduling.callbacks import callback_url_refusal
+from core.errors import refusal_status
+from core.outbound_urls import callback_url_refusal
+from core.pagination import Pagination as Pagination  # re-export; see that module
+from core.parsers import LimitedJSONParser as LimitedJSONParser  # re-export
+from core.parsers import PayloadTooLarge as PayloadTooLarge  # re-export
+from core.parsers import body_limit
+from core.principals import SYSTEM
 
 
 class Conflict(exceptions.APIException):
@@ -88,24 +88,25 @@ def validate_each(
 
 
 def exception_handler(exc: Exception, context: dict) -> Response | None:
-    """Map domain errors to HTTP: 400 with field paths, 403, 404, 409 with the state, 413."""
-    if isinstance(exc, DjangoValidationError):
+    """Map domain errors to HTTP (`core.errors.refusal_status`): 400 with field paths, 403,
+    404, 409 with the state; 409 for a row still in use, 413."""
+    refusal = refusal_status(exc)
+    if refusal == 400:
         exc = exceptions.ValidationError(as_serializer_error(exc))
-    elif isinstance(exc, InvalidTransition):
-        response = Response(
+    elif refusal == 409:
+        return Response(
             {"detail": str(exc), "current_state": exc.current_state},
             status=status.HTTP_409_CONFLICT,
         )
-        return response
+    elif refusal == 403:
+        exc = exceptions.PermissionDenied(str(exc) or None)
+    elif refusal == 404:
+        exc = exceptions.NotFound()
     elif isinstance(exc, ProtectedError):
         names = sorted({str(obj._meta.verbose_name) for obj in exc.protected_objects})
         exc = Conflict(f"Still in use by {', '.join(names)}; delete or change those first.")
-    elif isinstance(exc, DjangoPermissionDenied):
-        exc = exceptions.PermissionDenied(str(exc) or None)
     elif isinstance(exc, RequestDataTooBig):
         exc = PayloadTooLarge()
-    elif isinstance(exc, Http404):
-        exc = exceptions.NotFound()
     elif isinstance(exc, exceptions.ParseError):
         # Every 400 has one shape, `{field: [messages]}`; an unreadable body has no field.
         exc = exceptions.ValidationError({"non_field_errors": [str(exc.detail)]})
@@ -251,7 +252,7 @@ class JSONObjectField(JSONValueField):
 class OptionalURLField(serializers.URLField):
     """A callback URL, or "" for none (the models store blank, not null).
 
-    Refused as delivery would refuse it (`scheduling.callbacks.callback_url_refusal`): not
+    Refused as delivery would refuse it (`core.outbound_urls.callback_url_refusal`): not
     http(s), user-info or a backslash, or a non-public address written in it.
     """
 
@@ -355,7 +356,7 @@ class CustomerScopedViewSet(PopViewMixin, viewsets.GenericViewSet):
 
     def get_queryset(self) -> QuerySet:
         if getattr(self, "swagger_fake_view", False):
-            return self.selector(principal=None).none()
+            return self.selector(principal=SYSTEM).none()
         rows = self.selector(principal=self.request.user)
         try:
             return rows.filter(
@@ -388,7 +389,7 @@ class UTCIsoDateTimeFilter(django_filters.IsoDateTimeFilter):
 
 
 class OwnedRowFilter(django_filters.FilterSet):
-    """The filters every customer-owned row offers (DESIGN §8)."""
+    """The filters every customer-owned row offers (docs/design.md §10)."""
 
     link_id = django_filters.CharFilter(help_text="Exact client-chosen grouping key.")
     cid = django_filters.CharFilter(help_text="Exact correlation id (X-POP-CID of the request).")

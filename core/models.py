@@ -1,4 +1,4 @@
-"""Fields every customer-owned row carries (DESIGN §2)."""
+"""Fields every customer-owned row carries (docs/design.md §3)."""
 
 import uuid
 

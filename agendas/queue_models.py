@@ -1,0 +1,110 @@
+"""The rows the state machine writes as an agenda moves: the ready set and the insight queues
+(read by the fill and the pull) and the callback outbox (delivered by scheduling.callbacks).
+
+They live beside the agenda because entering a state writes them in the same transaction;
+their tables keep the names they were created with (`scheduling_*`).
+"""
+
+from django.db import models
+from django.db.models import Q
+
+
+class ReadyAgenda(models.Model):
+    """An agenda eligible to be queued; the fill reads these through the fairness index."""
+
+    agenda = models.OneToOneField(
+        "agendas.Agenda", on_delete=models.CASCADE, related_name="ready_entry"
+    )
+    insight = models.ForeignKey(
+        "resourcepools.Insight", on_delete=models.CASCADE, related_name="ready_agendas"
+    )
+    customer = models.ForeignKey(
+        "resourcepools.Customer", on_delete=models.CASCADE, related_name="ready_agendas"
+    )
+    priority = models.PositiveSmallIntegerField(default=5)
+    added_at = models.DateTimeField()
+
+    class Meta:
+        db_table = "scheduling_readyagenda"
+        indexes = [
+            models.Index(
+                "insight",
+                "customer",
+                models.F("priority").desc(),
+                "added_at",
+                name="ready_fair_order",
+            ),
+            models.Index(fields=["insight", "added_at"], name="ready_fifo_order"),
+        ]
+
+    def __str__(self) -> str:
+        return f"ready {self.agenda_id}"
+
+
+class QueuedAgenda(models.Model):
+    """An agenda in its insight's queue, pulled in `position` order."""
+
+    agenda = models.OneToOneField(
+        "agendas.Agenda", on_delete=models.CASCADE, related_name="queue_entry"
+    )
+    insight = models.ForeignKey(
+        "resourcepools.Insight", on_delete=models.CASCADE, related_name="queued_agendas"
+    )
+    customer = models.ForeignKey(
+        "resourcepools.Customer", on_delete=models.CASCADE, related_name="queued_agendas"
+    )
+    position = models.BigIntegerField()
+    queued_at = models.DateTimeField()
+
+    class Meta:
+        db_table = "scheduling_queuedagenda"
+        indexes = [models.Index(fields=["insight", "position"], name="queue_order")]
+
+    def __str__(self) -> str:
+        return f"queued {self.agenda_id} @ {self.position}"
+
+
+class CallbackDelivery(models.Model):
+    """Outbox row: one customer callback, written in the transaction of the state change."""
+
+    class Status(models.TextChoices):
+        PENDING = "pending", "pending"
+        DELIVERED = "delivered", "delivered"
+        FAILED = "failed", "failed"
+
+    id = models.BigAutoField(primary_key=True)
+    agenda = models.ForeignKey(
+        "agendas.Agenda", on_delete=models.CASCADE, related_name="callback_deliveries"
+    )
+    customer = models.ForeignKey(
+        "resourcepools.Customer", on_delete=models.CASCADE, related_name="callback_deliveries"
+    )
+    link_id = models.CharField(max_length=255, blank=True, default="", db_index=True)
+    cid = models.CharField(max_length=64, blank=True, default="")
+    url = models.URLField(max_length=1000)
+    event = models.CharField(max_length=20)
+    body = models.JSONField()
+    attempts = models.PositiveSmallIntegerField(default=0)
+    next_attempt_at = models.DateTimeField()
+    status = models.CharField(max_length=20, choices=Status.choices, default=Status.PENDING)
+    last_status_code = models.PositiveSmallIntegerField(null=True, blank=True)
+    last_error = models.TextField(blank=True, default="")
+    delivered_at = models.DateTimeField(null=True, blank=True)
+    created_at = models.DateTimeField(auto_now_add=True)
+    updated_at = models.DateTimeField(auto_now=True)
+
+    class Meta:
+        db_table = "scheduling_callbackdelivery"
+        verbose_name_plural = "callback deliveries"
+        ordering = ["-id"]
+        indexes = [
+            models.Index(
+                fields=["next_attempt_at"],
+                condition=Q(status="pending"),
+                name="callback_due",
+            ),
+            models.Index(fields=["agenda", "id"], name="callback_agenda_order"),
+        ]
+
+    def __str__(self) -> str:
+        return f"{self.event} → {self.url} ({self.status})"

@@ -1,0 +1,93 @@
+"""The agenda state machine; docs/design.md §4 is the contract.
+
+This package is the only code that writes `AgendaProgress.state` or `OperationProgress.state`
+(tests/test_architecture.py enforces it). Queue membership (`ReadyAgenda`/`QueuedAgenda`) and
+the callback outbox (`CallbackDelivery`) change here too, so they can never disagree with the
+state.
+
+- `machine`: the transition table, transitions and what entering a state writes, operation
+  states, execution outcomes and the retry policy;
+- `claim`: the pull's claim of queued agendas;
+- `bulk`: set-based forms of those writes for the hot paths (fill, promote, batch report).
+
+Callers import from `agendas.states`; fill nudges are `agendas.fill_nudge`.
+"""
+
+from agendas.fill_nudge import fill_nudge, fill_nudges_cancel
+from agendas.states.bulk import (
+    execution_close,
+    executions_report_many,
+    operations_apply_reports,
+    progress_promote_due,
+    progress_queue_many,
+)
+from agendas.states.claim import (
+    executions_start,
+    queue_claim,
+)
+from agendas.states.machine import (
+    ALLOWED,
+    COUNTED_OUTCOMES,
+    NOTIFY,
+    OPERATION_TERMINAL,
+    TERMINAL,
+    WAITING,
+    OpState,
+    Outcome,
+    S,
+    callback_enqueue,
+    check_transition,
+    diagnostic,
+    execution_end,
+    operation_set_state,
+    operations_abort_unfinished,
+    operations_append,
+    operations_apply_report,
+    operations_fail_running,
+    operations_reset,
+    percent_rollup,
+    processing_state,
+    progress_create,
+    progress_create_many,
+    retry_delay,
+    transition,
+)
+from core.errors import InvalidTransition
+
+__all__ = [
+    "ALLOWED",
+    "COUNTED_OUTCOMES",
+    "InvalidTransition",
+    "NOTIFY",
+    "OPERATION_TERMINAL",
+    "OpState",
+    "Outcome",
+    "S",
+    "TERMINAL",
+    "WAITING",
+    "callback_enqueue",
+    "check_transition",
+    "diagnostic",
+    "execution_close",
+    "execution_end",
+    "executions_report_many",
+    "executions_start",
+    "fill_nudge",
+    "fill_nudges_cancel",
+    "operation_set_state",
+    "operations_abort_unfinished",
+    "operations_append",
+    "operations_apply_report",
+    "operations_apply_reports",
+    "operations_fail_running",
+    "operations_reset",
+    "percent_rollup",
+    "processing_state",
+    "progress_create",
+    "progress_create_many",
+    "progress_promote_due",
+    "progress_queue_many",
+    "queue_claim",
+    "retry_delay",
+    "transition",
+]

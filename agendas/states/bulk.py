@@ -1,0 +1,230 @@
+"""Set-based forms of the state machine's writes for the hot paths: the fill's
+queueing, promotion of due agendas, closing executions, and the batch report's common case.
+Each leaves every row exactly as the one-by-one path in `machine` would.
+"""
+
+from collections.abc import Iterable
+from datetime import datetime
+
+from django.db import connection
+from django.db.models import Q
+from django.utils import timezone
+
+from agendas.fill_nudge import fill_nudge
+from agendas.models import AgendaProgress, Execution, OperationProgress
+from agendas.queue_models import CallbackDelivery, QueuedAgenda, ReadyAgenda
+from agendas.states.machine import (
+    S,
+    _callback_delivery,
+    _log_completed,
+    _operation_apply_item,
+    _progress_enter,
+    check_transition,
+)
+
+# --- Set-based forms for the hot paths -------------------------------------
+
+
+def progress_queue_many(
+    *, insight_id: object, entries: list[tuple[object, object]], first_position: int, now: datetime
+) -> list[object]:
+    """Fill: move ready agendas into the insight's queue, in the given order; return the moved ids.
+
+    `entries` are (agenda_id, customer_id) pairs chosen by the fairness picker. Progress rows
+    are locked with SKIP LOCKED: an agenda someone is pausing or aborting right now stays where
+    it is (that transaction removes it from the queues) and the next fill looks again.
+    """
+    if not entries:
+        return []
+    agenda_ids = [agenda_id for agenda_id, _ in entries]
+    locked = set(
+        AgendaProgress.objects.select_for_update(skip_locked=True)
+        .filter(agenda_id__in=agenda_ids, state=S.READY)
+        .values_list("agenda_id", flat=True)
+    )
+    moved = [(agenda_id, customer_id) for agenda_id, customer_id in entries if agenda_id in locked]
+    if not moved:
+        return []
+    moved_ids = [agenda_id for agenda_id, _ in moved]
+    AgendaProgress.objects.filter(agenda_id__in=moved_ids, state=S.READY).update(
+        state=S.QUEUED, updated_at=now
+    )
+    ReadyAgenda.objects.filter(agenda_id__in=moved_ids).delete()
+    QueuedAgenda.objects.bulk_create(
+        QueuedAgenda(
+            agenda_id=agenda_id,
+            insight_id=insight_id,
+            customer_id=customer_id,
+            position=first_position + offset,
+            queued_at=now,
+        )
+        for offset, (agenda_id, customer_id) in enumerate(moved)
+    )
+    return moved_ids
+
+
+def execution_close(
+    execution: Execution, outcome: str, *, now: datetime, diagnostics: list[dict] | None = None
+) -> None:
+    """End an execution that is no longer its agenda's current one; the agenda is untouched."""
+    execution.outcome = outcome
+    execution.ended_at = now
+    execution.diagnostics = [*execution.diagnostics, *(diagnostics or [])]
+    execution.save(update_fields=["outcome", "ended_at", "diagnostics", "updated_at"])
+
+
+def progress_promote_due(*, now: datetime, limit: int) -> dict[object, int]:
+    """Promote: pending agendas whose `run_after` passed (never do_not_run) become ready.
+
+    Returns {insight_id: promoted count}. Rows locked elsewhere are skipped until the next run.
+    """
+    due = list(
+        AgendaProgress.objects.select_for_update(skip_locked=True, of=("self",))
+        .filter(state=S.PENDING, do_not_run=False)
+        .filter(Q(run_after__lte=now) | Q(run_after__isnull=True))
+        .order_by("run_after")
+        .values_list("pk", "agenda_id", "customer_id", "agenda__insight_id", "agenda__priority")[
+            :limit
+        ]
+    )
+    if not due:
+        return {}
+    AgendaProgress.objects.filter(pk__in=[row[0] for row in due], state=S.PENDING).update(
+        state=S.READY,
+        abort_requested=False,
+        pause_requested=False,
+        completed_at=None,
+        current_execution=None,
+        updated_at=now,
+    )
+    ReadyAgenda.objects.bulk_create(
+        ReadyAgenda(
+            agenda_id=agenda_id,
+            insight_id=insight_id,
+            customer_id=customer_id,
+            priority=priority,
+            added_at=now,
+        )
+        for _, agenda_id, customer_id, insight_id, priority in due
+    )
+    promoted: dict[object, int] = {}
+    for row in due:
+        promoted[row[3]] = promoted.get(row[3], 0) + 1
+    fill_nudge(promoted)
+    return promoted
+
+
+# --- Set-based report writes (docs/design.md §6.4; the batch report's common case) ----------------
+# Columns written back from the locked, loaded rows: every column a progress report or a plain
+# `succeeded` report can change, so each row ends exactly as the one-by-one path leaves it.
+_REPORT_EXECUTION_COLUMNS = ("last_report_at", "lease_expires_at", "outcome", "ended_at")
+_REPORT_PROGRESS_COLUMNS = (
+    "state",
+    "message",
+    "percent_complete",
+    "attempts_completed",
+    "completed_at",
+    "abort_requested",
+    "pause_requested",
+    "current_execution_id",
+)
+_REPORT_OPERATION_COLUMNS = (
+    "state",
+    "percent_complete",
+    "message",
+    "result",
+    "params",
+    "diagnostics",
+    "attempt_count",
+    "started_at",
+    "completed_at",
+)
+
+
+def operations_apply_reports(
+    reports: Iterable[tuple[dict[str, OperationProgress], list[dict]]], *, now: datetime
+) -> list[OperationProgress]:
+    """`operations_apply_report` for many agendas at once: one UPDATE for every changed row.
+
+    Each pair is one agenda's operations by name and its report's items (names checked).
+    PostgreSQL only.
+    """
+    changed: dict[object, OperationProgress] = {}
+    for operations, items in reports:
+        for item in items:
+            operation = operations[item["name"]]
+            if _operation_apply_item(operation, item, now=now):
+                changed[operation.pk] = operation
+    _update_from_values(OperationProgress, list(changed.values()), _REPORT_OPERATION_COLUMNS)
+    return list(changed.values())
+
+
+def executions_report_many(
+    *,
+    renewed: list[tuple[AgendaProgress, Execution, bool]],
+    succeeded: list[tuple[AgendaProgress, Execution, str]],
+    now: datetime,
+) -> None:
+    """Write many locked current executions' reports with a few statements (PostgreSQL only).
+
+    `renewed`: (progress, execution, progress changed) for progress reports — the caller set
+    the execution's `last_report_at`/`lease_expires_at` and any progress percent or message.
+    `succeeded`: (progress, execution, message) for plain final `succeeded` reports — each
+    ends as `execution_end(…, SUCCEEDED)` would end it: execution closed, agenda succeeded,
+    an attempt counted, the outbox row and the completion line written.
+    """
+    for progress, execution, message in succeeded:
+        check_transition(progress, S.SUCCEEDED)
+        execution.outcome = Execution.Outcome.SUCCEEDED
+        execution.ended_at = now
+        progress.attempts_completed += 1
+        progress.percent_complete = 100.0
+        _progress_enter(progress, S.SUCCEEDED, message=message or "succeeded", now=now)
+    _update_from_values(
+        Execution,
+        [execution for _, execution, _ in renewed] + [execution for _, execution, _ in succeeded],
+        _REPORT_EXECUTION_COLUMNS,
+    )
+    _update_from_values(
+        AgendaProgress,
+        [progress for progress, _, changed in renewed if changed]
+        + [progress for progress, _, _ in succeeded],
+        _REPORT_PROGRESS_COLUMNS,
+    )
+    deliveries = [
+        _callback_delivery(progress, event=S.SUCCEEDED, now=now) for progress, _, _ in succeeded
+    ]
+    CallbackDelivery.objects.bulk_create([d for d in deliveries if d is not None])
+    for progress, _, _ in succeeded:
+        _log_completed(progress, now=now)
+
+
+def _update_from_values(model, rows: list, attnames: Iterable[str], *, chunk: int = 1000) -> None:
+    """UPDATE `model` rows to their instances' values of `attnames` (and a fresh `updated_at`,
+    as `save()` would set it) with `UPDATE … FROM (VALUES …)`, `chunk` rows a statement."""
+    if not rows:
+        return
+    stamp = timezone.now()
+    for row in rows:
+        row.updated_at = stamp
+    by_attname = {field.attname: field for field in model._meta.concrete_fields}
+    fields = [model._meta.pk, *(by_attname[name] for name in (*attnames, "updated_at"))]
+    quote = connection.ops.quote_name
+    row_sql = "(" + ", ".join(f"%s::{field.db_type(connection)}" for field in fields) + ")"
+    names = ", ".join(quote(field.column) for field in fields)
+    assignments = ", ".join(f"{quote(f.column)} = v.{quote(f.column)}" for f in fields[1:])
+    pk = quote(model._meta.pk.column)
+    with connection.cursor() as cursor:
+        for start in range(0, len(rows), chunk):
+            part = rows[start : start + chunk]
+            params = [
+                field.get_db_prep_save(getattr(row, field.attname), connection)
+                for row in part
+                for field in fields
+            ]
+            cursor.execute(
+                f"UPDATE {quote(model._meta.db_table)} AS t SET {assignments} "
+                f"FROM (VALUES {', '.join([row_sql] * len(part))}) AS v({names}) "
+                f"WHERE t.{pk} = v.{pk}",
+                params,
+            )

@@ -1,0 +1,273 @@
+"""The pull's claim: queued agendas to `executing` in one statement (PostgreSQL) or a portable
+sequence, each with a new execution and its lease (`executions_start`).
+"""
+
+import functools
+import uuid
+from datetime import datetime, timedelta
+
+from django.db import connection
+from django.db.models import Case, Max, Value, When
+from django.db.models.functions import Coalesce
+
+from agendas.fill_nudge import fill_nudge
+from agendas.models import Agenda, AgendaProgress, Execution
+from agendas.queue_models import QueuedAgenda, ReadyAgenda
+from agendas.rows import RowLoader, load_row
+from agendas.states.machine import S, callback_enqueue
+from resourcepools.models import Customer, Insight
+
+
+def executions_start(
+    *, progresses: list[AgendaProgress], insight: Insight, worker: str, now: datetime
+) -> list[Execution]:
+    """Pull, portable form: move locked, claimed (queue row deleted) agendas to executing with a
+    new lease each. PostgreSQL claims in one statement instead (`_queue_claim_postgresql`).
+
+    `Execution.number` is one more than the agenda's highest so far (a rerun resets
+    `attempts_completed`, so the number cannot come from it).
+    """
+    if not progresses:
+        return []
+    agenda_ids = [progress.agenda_id for progress in progresses]
+    highest = dict(
+        Execution.objects.filter(agenda_id__in=agenda_ids)
+        .values_list("agenda_id")
+        .annotate(n=Max("number"))
+        .values_list("agenda_id", "n")
+    )
+    lease_expires_at = now + timedelta(seconds=insight.lease_seconds)
+    executions = [
+        Execution(
+            agenda_id=progress.agenda_id,
+            customer_id=progress.customer_id,
+            link_id=progress.link_id,
+            cid=progress.cid,
+            number=(highest.get(progress.agenda_id) or 0) + 1,
+            insight_id=insight.pk,
+            worker=worker,
+            lease_expires_at=lease_expires_at,
+            started_at=now,
+        )
+        for progress in progresses
+    ]
+    Execution.objects.bulk_create(executions)
+    message = f"executing on {worker}" if worker else "executing"
+    updated = AgendaProgress.objects.filter(
+        pk__in=[progress.pk for progress in progresses], state=S.QUEUED
+    ).update(
+        state=S.EXECUTING,
+        current_execution_id=Case(
+            *(
+                When(pk=progress.pk, then=Value(execution.pk))
+                for progress, execution in zip(progresses, executions, strict=True)
+            ),
+            output_field=AgendaProgress._meta.get_field("current_execution").target_field,
+        ),
+        started_at=Coalesce("started_at", Value(now)),
+        message=message,
+        updated_at=now,
+    )
+    if updated != len(progresses):
+        # The caller locked these rows in state `queued`; anything else is a bug, not a race.
+        raise RuntimeError(f"pull moved {updated} of {len(progresses)} locked agendas")
+    for progress, execution in zip(progresses, executions, strict=True):
+        progress.state = S.EXECUTING
+        progress.current_execution = execution
+        progress.started_at = progress.started_at or now
+        progress.message = message
+        progress.updated_at = now
+        callback_enqueue(progress, event=S.EXECUTING, now=now)
+    return executions
+
+
+def queue_claim(
+    *, insight: Insight, count: int, worker: str, now: datetime
+) -> list[tuple[AgendaProgress, Execution]]:
+    """Pull: lease up to `count` queued agendas of `insight` in queue order (docs/design.md §6.3).
+
+    Queue rows and their progress rows are locked with FOR UPDATE SKIP LOCKED, so rival
+    pullers pass each other and an agenda being paused or aborted right now is left alone.
+    Returns (progress, execution) pairs in queue order, each progress (state `executing`)
+    with its agenda and the agenda's customer loaded.
+
+    Also nudges a fill (docs/design.md §6.2) when the claim leaves the queue under half of
+    `queue_size`, or when it finds the queue empty while the insight has ready agendas.
+
+    On PostgreSQL the claim is one statement (`_queue_claim_postgresql`); elsewhere (the
+    SQLite demo) it is the portable ORM form below, where a DELETE … RETURNING of the queue
+    rows is the checked conditional write that keeps claims exclusive (SQLite ignores
+    FOR UPDATE).
+    """
+    if connection.vendor == "postgresql":
+        claimed, queued_before, ready = _queue_claim_postgresql(
+            insight=insight, count=count, worker=worker, now=now
+        )
+    else:
+        claimed = _queue_claim_portable(insight=insight, count=count, worker=worker, now=now)
+        queued_before = QueuedAgenda.objects.filter(insight_id=insight.pk).count() + len(claimed)
+        ready = (
+            not claimed
+            and not queued_before
+            and ReadyAgenda.objects.filter(insight_id=insight.pk).exists()
+        )
+    if claimed:
+        if (queued_before - len(claimed)) * 2 < insight.queue_size:
+            fill_nudge([insight.pk])
+    elif ready and not queued_before:
+        fill_nudge([insight.pk])
+    return claimed
+
+
+_CLAIM_SQL = """
+WITH picked AS (
+    SELECT q.id AS queue_id, q.position, p.id AS progress_id, p.agenda_id, p.customer_id,
+           p.link_id, p.cid
+    FROM {queue} q
+    JOIN {progress} p ON p.agenda_id = q.agenda_id AND p.state = %(queued)s
+    WHERE q.insight_id = %(insight)s
+    ORDER BY q.position
+    LIMIT %(count)s
+    FOR UPDATE OF q, p SKIP LOCKED
+), claimed AS (
+    DELETE FROM {queue} q USING picked WHERE q.id = picked.queue_id
+    RETURNING q.id
+), started AS (
+    INSERT INTO {execution} AS e (id, agenda_id, customer_id, link_id, cid, number, insight_id,
+        worker, lease_token, lease_expires_at, started_at, diagnostics, created_at, updated_at)
+    SELECT gen_random_uuid(), picked.agenda_id, picked.customer_id, picked.link_id, picked.cid,
+        coalesce((SELECT max(x.number) FROM {execution} x
+                  WHERE x.agenda_id = picked.agenda_id), 0) + 1,
+        %(insight)s, %(worker)s, gen_random_uuid(), %(lease_expires_at)s, %(now)s,
+        '[]'::jsonb, %(now)s, %(now)s
+    FROM picked JOIN claimed ON claimed.id = picked.queue_id
+    RETURNING e.*
+), moved AS (
+    UPDATE {progress} p
+    SET state = %(executing)s, current_execution_id = started.id,
+        started_at = coalesce(p.started_at, %(now)s), message = %(message)s,
+        updated_at = %(now)s
+    FROM started JOIN picked ON picked.agenda_id = started.agenda_id
+    WHERE p.id = picked.progress_id
+    RETURNING p.*
+), counts AS (
+    SELECT (SELECT count(*) FROM (SELECT 1 FROM {queue} WHERE insight_id = %(insight)s
+                                  LIMIT %(probe)s) AS probe) AS queued,
+           EXISTS (SELECT 1 FROM {ready} WHERE insight_id = %(insight)s) AS ready
+)
+SELECT picked.position, counts.queued, counts.ready, (SELECT count(*) FROM started), {columns}
+FROM counts
+LEFT JOIN (moved
+           JOIN picked ON picked.progress_id = moved.id
+           JOIN started ON started.id = moved.current_execution_id
+           JOIN {agenda} a ON a.id = moved.agenda_id
+           JOIN {customer} c ON c.id = a.customer_id) ON true
+"""
+
+
+@functools.cache
+def _claim_statement(vendor: str) -> tuple[str, list[RowLoader]]:
+    """The claim's SQL and the loaders of its rows, built once per process and vendor: the
+    progress rows as moved, the new executions, the agendas and their customers."""
+    loaders = [
+        RowLoader(AgendaProgress, "moved"),
+        RowLoader(Execution, "started"),
+        RowLoader(Agenda, "a"),
+        RowLoader(Customer, "c"),
+    ]
+    quote = connection.ops.quote_name
+    sql = _CLAIM_SQL.format(
+        queue=quote(QueuedAgenda._meta.db_table),
+        progress=quote(AgendaProgress._meta.db_table),
+        execution=quote(Execution._meta.db_table),
+        ready=quote(ReadyAgenda._meta.db_table),
+        agenda=quote(Agenda._meta.db_table),
+        customer=quote(Customer._meta.db_table),
+        columns=", ".join(column for loader in loaders for column in loader.columns),
+    )
+    return sql, loaders
+
+
+def _queue_claim_postgresql(
+    *, insight: Insight, count: int, worker: str, now: datetime
+) -> tuple[list[tuple[AgendaProgress, Execution]], int, bool]:
+    """The claim as one data-modifying CTE: lock queue and progress rows together (FOR UPDATE
+    OF q, p SKIP LOCKED), delete the queue rows, insert the executions numbered max + 1 per
+    agenda, move the progress rows to executing, and return them with their executions,
+    agendas and customers. The progress rows are updated by primary key, without testing
+    their state again: `picked` holds their locks, taken on rows that were `queued`. Joined
+    on agenda and state instead, the UPDATE was driven from the state index when the
+    statistics were stale, reading every queued row (a claim of 10 with 4,000 queued: 12 ms,
+    6.8 ms by primary key; 1.4 ms either way with fresh statistics).
+    The same statement counts the queue as it was before the claim
+    (capped: enough to tell "under half full" afterwards) and whether the insight has ready
+    agendas.
+
+    Returns the claimed pairs in queue order, the queue length before the claim (capped) and
+    whether ready agendas exist.
+    """
+    sql, loaders = _claim_statement(connection.vendor)
+    with connection.cursor() as cursor:
+        cursor.execute(
+            sql,
+            {
+                "insight": insight.pk,
+                "count": count,
+                # Queue rows before the claim, counted up to what proves "not under half".
+                "probe": count + (insight.queue_size + 1) // 2,
+                "worker": worker,
+                "message": f"executing on {worker}" if worker else "executing",
+                "now": now,
+                "lease_expires_at": now + timedelta(seconds=insight.lease_seconds),
+                "queued": S.QUEUED,
+                "executing": S.EXECUTING,
+            },
+        )
+        rows = cursor.fetchall()
+    queued_before, ready, started = rows[0][1], rows[0][2], rows[0][3]
+    found = sorted((row for row in rows if row[0] is not None), key=lambda row: row[0])
+    if len(found) != started:
+        # The claim deleted queue rows and started executions it could not hand back.
+        raise RuntimeError(f"pull returned {len(found)} of {started} claimed agendas")
+    claimed = []
+    for _, _, _, _, *columns in found:
+        progress, execution, agenda, customer = load_row(loaders, columns)
+        agenda.customer = customer
+        progress.agenda = agenda
+        progress.current_execution = execution
+        callback_enqueue(progress, event=S.EXECUTING, now=now)
+        claimed.append((progress, execution))
+    return claimed, queued_before, ready
+
+
+def _queue_claim_portable(
+    *, insight: Insight, count: int, worker: str, now: datetime
+) -> list[tuple[AgendaProgress, Execution]]:
+    rows = list(
+        QueuedAgenda.objects.filter(insight_id=insight.pk)
+        .order_by("position")
+        .select_for_update(skip_locked=True)
+        .values_list("pk", "agenda_id")[:count]
+    )
+    if not rows:
+        return []
+    progresses = {
+        progress.agenda_id: progress
+        for progress in AgendaProgress.objects.select_for_update(skip_locked=True, of=("self",))
+        .select_related("agenda", "agenda__customer")
+        .filter(agenda_id__in=[agenda_id for _, agenda_id in rows], state=S.QUEUED)
+    }
+    wanted = [pk for pk, agenda_id in rows if agenda_id in progresses]
+    if not wanted:
+        return []
+    table = connection.ops.quote_name(QueuedAgenda._meta.db_table)
+    with connection.cursor() as cursor:
+        cursor.execute(
+            f"DELETE FROM {table} WHERE id IN ({', '.join(['%s'] * len(wanted))}) "
+            "RETURNING agenda_id",
+            wanted,
+        )
+        claimed = {uuid.UUID(str(agenda_id)) for (agenda_id,) in cursor.fetchall()}
+    ordered = [progresses[agenda_id] for _, agenda_id in rows if agenda_id in claimed]
+    executions = executions_start(progresses=ordered, insight=insight, worker=worker, now=now)
+    return list(zip(ordered, executions, strict=True))

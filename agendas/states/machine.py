@@ -1,0 +1,518 @@
+"""The agenda state machine: the transition table, what entering a state writes (progress,
+queue rows, the callback outbox, fill nudges), operation states, execution outcomes and the
+retry policy. Each function works inside the caller's transaction; callers lock the progress
+row (`select_for_update`) before a single-row transition.
+"""
+
+import json
+import logging
+import random
+from collections.abc import Iterable, Sequence
+from datetime import datetime, timedelta
+
+from django.conf import settings
+from django.utils import timezone
+
+from agendas.fill_nudge import fill_nudge
+from agendas.models import Agenda, AgendaProgress, Execution, OperationProgress
+from agendas.queue_models import CallbackDelivery, QueuedAgenda, ReadyAgenda
+from core.after_commit import after_commit
+from core.errors import InvalidTransition
+
+logger = logging.getLogger("pop.agendas")
+
+S = AgendaProgress.State
+OpState = OperationProgress.State
+
+TERMINAL: frozenset[str] = frozenset({S.SUCCEEDED, S.FAILED, S.ABORTED})
+WAITING: frozenset[str] = frozenset({S.PENDING, S.READY, S.QUEUED, S.PAUSED})
+NOTIFY: frozenset[str] = TERMINAL | {S.EXECUTING, S.PAUSED}
+ALLOWED: dict[str, frozenset[str]] = {
+    S.PENDING: frozenset({S.READY, S.PAUSED, S.ABORTED}),
+    S.READY: frozenset({S.QUEUED, S.PAUSED, S.ABORTED}),
+    S.QUEUED: frozenset({S.EXECUTING, S.READY, S.PAUSED, S.ABORTED}),
+    S.EXECUTING: frozenset({S.SUCCEEDED, S.FAILED, S.PENDING, S.PAUSED, S.ABORTED}),
+    S.PAUSED: frozenset({S.READY, S.PENDING, S.ABORTED}),
+    # Rerun: back to ready, or to pending with do_not_run when `skip_execution`.
+    S.SUCCEEDED: frozenset({S.READY, S.PENDING}),
+    S.FAILED: frozenset({S.READY, S.PENDING}),
+    S.ABORTED: frozenset({S.READY, S.PENDING}),
+}
+OPERATION_TERMINAL: frozenset[str] = frozenset({OpState.SUCCEEDED, OpState.FAILED, OpState.ABORTED})
+
+
+def processing_state(state: str) -> str:
+    """The POP-compatible waiting/executing/complete triple for a state."""
+    if state == S.EXECUTING:
+        return "executing"
+    return "complete" if state in TERMINAL else "waiting"
+
+
+def check_transition(progress: AgendaProgress, target: str, *, action: str | None = None) -> None:
+    """Raise InvalidTransition unless `progress` may move to `target`."""
+    if target not in ALLOWED[progress.state]:
+        verb = action or f"become {target}"
+        raise InvalidTransition(
+            f"Agenda {progress.agenda_id} is {progress.state}; cannot {verb}.",
+            current_state=progress.state,
+        )
+
+
+def progress_create(
+    *, agenda: Agenda, run_after: datetime | None, do_not_run: bool, now: datetime
+) -> AgendaProgress:
+    """Write the progress and operation rows of a new agenda, ready or pending (submit)."""
+    progress = _new_progress(agenda, run_after=run_after, do_not_run=do_not_run, now=now)
+    progress.save(force_insert=True)
+    OperationProgress.objects.bulk_create(_new_operations(progress, agenda))
+    if progress.state == S.READY:
+        _enter_ready(progress, agenda=agenda, now=now)
+    return progress
+
+
+def progress_create_many(
+    entries: Sequence[tuple[Agenda, datetime | None, bool]], *, now: datetime
+) -> list[AgendaProgress]:
+    """`progress_create` for many new (already inserted) agendas: one INSERT per table.
+
+    `entries` are (agenda, run_after, do_not_run). Each progress is cached on its agenda
+    (`agenda.progress`). Ready rows get `added_at` one microsecond apart in entry order, so the
+    FIFO order within the batch is kept; one fill nudge covers every insight involved.
+    """
+    progresses = [
+        _new_progress(agenda, run_after=run_after, do_not_run=do_not_run, now=now)
+        for agenda, run_after, do_not_run in entries
+    ]
+    AgendaProgress.objects.bulk_create(progresses)
+    OperationProgress.objects.bulk_create(
+        operation
+        for progress in progresses
+        for operation in _new_operations(progress, progress.agenda)
+    )
+    ready = [progress.agenda for progress in progresses if progress.state == S.READY]
+    ReadyAgenda.objects.bulk_create(
+        ReadyAgenda(
+            agenda_id=agenda.pk,
+            insight_id=agenda.insight_id,
+            customer_id=agenda.customer_id,
+            priority=agenda.priority,
+            added_at=now + timedelta(microseconds=index),
+        )
+        for index, agenda in enumerate(ready)
+    )
+    fill_nudge(agenda.insight_id for agenda in ready)
+    for progress in progresses:
+        progress.agenda.progress = progress
+    return progresses
+
+
+def _new_progress(
+    agenda: Agenda, *, run_after: datetime | None, do_not_run: bool, now: datetime
+) -> AgendaProgress:
+    # A new agenda starts ready, or pending when held or not yet due (docs/design.md §4, submit).
+    waiting = do_not_run or (run_after is not None and run_after > now)
+    return AgendaProgress(
+        agenda=agenda,
+        customer_id=agenda.customer_id,
+        link_id=agenda.link_id,
+        cid=agenda.cid,
+        state=S.PENDING if waiting else S.READY,
+        message="do not run" if do_not_run else ("waiting for run_after" if waiting else ""),
+        run_after=run_after,
+        do_not_run=do_not_run,
+    )
+
+
+def _new_operations(progress: AgendaProgress, agenda: Agenda) -> list[OperationProgress]:
+    return [
+        OperationProgress(
+            agenda_progress=progress,
+            customer_id=agenda.customer_id,
+            link_id=agenda.link_id,
+            cid=agenda.cid,
+            position=index,
+            name=operation["name"],
+            type=operation["type"],
+            state=OpState.WAITING,
+        )
+        for index, operation in enumerate(agenda.operations)
+    ]
+
+
+def transition(
+    progress: AgendaProgress,
+    target: str,
+    *,
+    message: str | None = None,
+    action: str | None = None,
+    now: datetime | None = None,
+    extra_fields: Iterable[str] = (),
+    queue_position: int | None = None,
+) -> None:
+    """Move a locked progress row to `target`, keeping queue rows and the outbox in step.
+
+    `extra_fields` names other attributes the caller set on `progress` to save with it;
+    `queue_position` places the agenda in its insight's queue when it becomes queued.
+    """
+    check_transition(progress, target, action=action)
+    now = now or timezone.now()
+    source = progress.state
+    fields = {"state", "updated_at", *extra_fields}
+    if source in (S.READY, S.QUEUED) and target != S.QUEUED:
+        # Leaving the queues: a paused or aborted agenda must never be pulled (docs/design.md §6.3).
+        ReadyAgenda.objects.filter(agenda_id=progress.agenda_id).delete()
+        QueuedAgenda.objects.filter(agenda_id=progress.agenda_id).delete()
+    if target == S.QUEUED:
+        _enter_queue(progress.agenda_id, position=queue_position, now=now)
+    if target == S.READY:
+        _enter_ready(progress, agenda=progress.agenda, now=now)
+    fields |= _progress_enter(progress, target, message=message, now=now)
+    progress.save(update_fields=sorted(fields))
+    if target in NOTIFY:
+        callback_enqueue(progress, event=target, now=now)
+    if target in TERMINAL:
+        _log_completed(progress, now=now)
+
+
+def _progress_enter(
+    progress: AgendaProgress, target: str, *, message: str | None, now: datetime
+) -> set[str]:
+    """The row-level part of entering `target` (no queue rows, no outbox, no save): set the
+    state, message, timestamps and flags; return the fields changed."""
+    fields = {"state"}
+    progress.state = target
+    if message is not None:
+        progress.message = message
+        fields.add("message")
+    if target == S.READY:
+        progress.abort_requested = progress.pause_requested = False
+        progress.completed_at = None
+        fields |= {"abort_requested", "pause_requested", "completed_at"}
+    elif target == S.EXECUTING and progress.started_at is None:
+        progress.started_at = now
+        fields.add("started_at")
+    elif target in TERMINAL:
+        progress.completed_at = now
+        progress.abort_requested = progress.pause_requested = False
+        fields |= {"completed_at", "abort_requested", "pause_requested"}
+    elif target == S.PAUSED:
+        progress.pause_requested = False
+        fields.add("pause_requested")
+    if target != S.EXECUTING and progress.current_execution_id is not None:
+        progress.current_execution = None
+        fields.add("current_execution")
+    return fields
+
+
+def _log_completed(progress: AgendaProgress, *, now: datetime) -> None:
+    # One structured line per completed agenda, written only if the transaction commits.
+    agenda = progress.agenda
+    line = json.dumps(
+        {
+            "event": "agenda_completed",
+            "cid": agenda.cid,
+            "agenda": str(agenda.pk),
+            "link_id": agenda.link_id,
+            "customer": agenda.customer.slug,
+            "outcome": progress.state,
+            "attempts": progress.attempts_completed,
+            "elapsed": round((now - agenda.created_at).total_seconds(), 3),
+        }
+    )
+    after_commit(logger.info, line)
+
+
+def _enter_ready(progress: AgendaProgress, *, agenda: Agenda, now: datetime) -> None:
+    ReadyAgenda.objects.create(
+        agenda_id=agenda.pk,
+        insight_id=agenda.insight_id,
+        customer_id=agenda.customer_id,
+        priority=agenda.priority,
+        added_at=now,
+    )
+    fill_nudge([agenda.insight_id])
+
+
+def _enter_queue(agenda_id: object, *, position: int | None, now: datetime) -> None:
+    ready = ReadyAgenda.objects.get(agenda_id=agenda_id)
+    QueuedAgenda.objects.create(
+        agenda_id=agenda_id,
+        insight_id=ready.insight_id,
+        customer_id=ready.customer_id,
+        position=position if position is not None else int(now.timestamp() * 1_000_000),
+        queued_at=now,
+    )
+    ready.delete()
+
+
+def callback_enqueue(progress: AgendaProgress, *, event: str, now: datetime) -> None:
+    """Write the outbox row for `event` when the agenda or its customer has a callback URL."""
+    delivery = _callback_delivery(progress, event=event, now=now)
+    if delivery is not None:
+        delivery.save(force_insert=True)
+
+
+def _callback_delivery(
+    progress: AgendaProgress, *, event: str, now: datetime
+) -> CallbackDelivery | None:
+    agenda = progress.agenda
+    url = agenda.callback_url or agenda.customer.callback_url
+    if not url:
+        return None
+    return CallbackDelivery(
+        agenda_id=agenda.pk,
+        customer_id=agenda.customer_id,
+        link_id=agenda.link_id,
+        cid=agenda.cid,
+        url=url,
+        event=event,
+        body={
+            "event": event,
+            "agenda_id": str(agenda.pk),
+            "link_id": agenda.link_id,
+            "external_id": agenda.external_id,
+            "customer": agenda.customer.slug,
+            "state": progress.state,
+            "processing_state": processing_state(progress.state),
+            "percent_complete": progress.percent_complete,
+            "attempts_completed": progress.attempts_completed,
+            "occurred_at": now.isoformat(),
+        },
+        next_attempt_at=now,
+    )
+
+
+def operation_set_state(
+    operation: OperationProgress, target: str, *, now: datetime | None = None
+) -> list[str]:
+    """Set an operation's state and its timing; return the fields changed (caller saves)."""
+    if target not in OpState.values:
+        raise ValueError(f"unknown operation state {target!r}")
+    if operation.state == target:
+        return []
+    now = now or timezone.now()
+    changed = ["state"]
+    if target == OpState.EXECUTING:
+        operation.attempt_count += 1
+        operation.started_at = now
+        operation.completed_at = None
+        changed += ["attempt_count", "started_at", "completed_at"]
+    elif target in OPERATION_TERMINAL:
+        if operation.state == OpState.WAITING and target in (OpState.SUCCEEDED, OpState.FAILED):
+            # Reports are sparse (docs/design.md §6.4): an operation that started and finished
+            # between
+            # two reports arrives only as done. It still ran once, starting no later than now.
+            operation.attempt_count += 1
+            operation.started_at = now
+            changed += ["attempt_count", "started_at"]
+        operation.completed_at = now
+        changed.append("completed_at")
+        if target == OpState.SUCCEEDED:
+            operation.percent_complete = 100.0
+            changed.append("percent_complete")
+    operation.state = target
+    return changed
+
+
+def operations_reset(progress: AgendaProgress, names: Iterable[str] | None) -> int:
+    """Put the named operations (all when `names` is None) back to waiting; return the count."""
+    operations = OperationProgress.objects.filter(agenda_progress=progress)
+    if names is not None:
+        operations = operations.filter(name__in=list(names))
+    return operations.update(
+        state=OpState.WAITING,
+        percent_complete=0.0,
+        message="",
+        result=None,
+        params={},
+        diagnostics=[],
+        started_at=None,
+        completed_at=None,
+        updated_at=timezone.now(),
+    )
+
+
+def operations_abort_unfinished(progress: AgendaProgress) -> int:
+    """Mark the agenda's waiting and executing operations aborted (the agenda was aborted)."""
+    return OperationProgress.objects.filter(
+        agenda_progress=progress, state__in=[OpState.WAITING, OpState.EXECUTING]
+    ).update(state=OpState.ABORTED, completed_at=timezone.now(), updated_at=timezone.now())
+
+
+# --- Execution outcomes and the retry policy (docs/design.md §4, §6.4, §8) ------------------------
+Outcome = Execution.Outcome
+# Outcomes that use up one of the agenda's `max_attempts`; a pause or an abort does not.
+COUNTED_OUTCOMES: frozenset[str] = frozenset(
+    {Outcome.SUCCEEDED, Outcome.FAILED, Outcome.RECLAIMED, Outcome.TIMED_OUT}
+)
+_jitter = random.Random()
+
+
+def retry_delay(*, retry_delay_seconds: int, attempt: int, cap: float) -> float:
+    """Backoff before retry `attempt` + 1: min(cap, delay × 2^(attempt−1)), jittered ±20%."""
+    base = min(cap, retry_delay_seconds * 2 ** max(0, attempt - 1))
+    return min(cap, base * _jitter.uniform(0.8, 1.2))
+
+
+def diagnostic(message: str, *, code: str = "", detail: object = None, now: datetime) -> dict:
+    """One diagnostics entry as docs/design.md §3 shapes them."""
+    return {"time": now.isoformat(), "message": message, "code": code, "detail": detail}
+
+
+def execution_end(
+    progress: AgendaProgress,
+    execution: Execution,
+    outcome: str,
+    *,
+    now: datetime,
+    message: str = "",
+    diagnostics: list[dict] | None = None,
+    progress_fields: Iterable[str] = (),
+    execution_fields: Iterable[str] = (),
+) -> str:
+    """End the locked current `execution` with `outcome` and move its agenda on; return its state.
+
+    succeeded goes straight there; an abort asked meanwhile turns any other outcome into
+    `aborted`; paused goes to `paused`. A failure (failed, reclaimed, timed_out) goes to
+    `paused` when a pause was asked, else to `pending` with a jittered backoff while attempts
+    remain (straight to `ready` when the delay is zero), else to `failed`. Finished
+    operations keep their state and results: a retry resumes from them.
+    `progress_fields`/`execution_fields` name attributes the caller already changed, saved in
+    the same UPDATEs.
+    """
+    execution.outcome = outcome
+    execution.ended_at = now
+    fields = ["outcome", "ended_at", "updated_at", *execution_fields]
+    if diagnostics:
+        execution.diagnostics = [*execution.diagnostics, *diagnostics]
+        fields.append("diagnostics")
+    execution.save(update_fields=sorted(set(fields)))
+    extra = list(progress_fields)
+    if outcome in COUNTED_OUTCOMES:
+        progress.attempts_completed += 1
+        extra.append("attempts_completed")
+    if diagnostics:
+        progress.diagnostics = [*progress.diagnostics, *diagnostics]
+        extra.append("diagnostics")
+    if outcome == Outcome.SUCCEEDED:
+        progress.percent_complete = 100.0
+        transition(
+            progress,
+            S.SUCCEEDED,
+            message=message or "succeeded",
+            now=now,
+            extra_fields=[*extra, "percent_complete"],
+        )
+        return progress.state
+    if outcome == Outcome.ABORTED or progress.abort_requested:
+        transition(progress, S.ABORTED, message=message or "aborted", now=now, extra_fields=extra)
+        operations_abort_unfinished(progress)
+        return progress.state
+    if outcome == Outcome.PAUSED or progress.pause_requested:
+        transition(progress, S.PAUSED, message=message or "paused", now=now, extra_fields=extra)
+        return progress.state
+    attempt, allowed = progress.attempts_completed, progress.agenda.max_attempts
+    if attempt >= allowed:
+        transition(
+            progress,
+            S.FAILED,
+            message=f"failed after {attempt} of {allowed} attempts: {message}".rstrip(": "),
+            now=now,
+            extra_fields=extra,
+        )
+        return progress.state
+    cap = float(getattr(settings, "POP_RETRY_DELAY_CAP_SECONDS", 600))
+    delay = retry_delay(
+        retry_delay_seconds=progress.agenda.retry_delay_seconds, attempt=attempt, cap=cap
+    )
+    progress.run_after = now + timedelta(seconds=delay)
+    transition(
+        progress,
+        S.PENDING,
+        message=f"attempt {attempt} of {allowed} failed: {message}; retry in {delay:.1f}s",
+        now=now,
+        extra_fields=[*extra, "run_after"],
+    )
+    if delay <= 0:
+        transition(progress, S.READY, now=now)
+    return progress.state
+
+
+def operations_apply_report(
+    operations: dict[str, OperationProgress], items: list[dict], *, now: datetime
+) -> list[OperationProgress]:
+    """Apply a report's sparse operation items (names already checked) and save what changed."""
+    changed: list[OperationProgress] = []
+    for item in items:
+        operation = operations[item["name"]]
+        fields = _operation_apply_item(operation, item, now=now)
+        if fields:
+            operation.save(update_fields=sorted({*fields, "updated_at"}))
+            changed.append(operation)
+    return changed
+
+
+def _operation_apply_item(operation: OperationProgress, item: dict, *, now: datetime) -> list[str]:
+    fields = []
+    if item.get("state") is not None:
+        fields += operation_set_state(operation, item["state"], now=now)
+    # A worker reports an operation's whole diagnostics list, so it replaces the stored one.
+    for name in ("percent_complete", "message", "result", "params", "diagnostics"):
+        if name in item and getattr(operation, name) != item[name]:
+            setattr(operation, name, item[name])
+            fields.append(name)
+    return fields
+
+
+def percent_rollup(operations: Iterable[OperationProgress]) -> float:
+    """Agenda percent: (succeeded × 100 + Σ percent of running operations) / n (docs/design.md
+    §6.4)."""
+    operations = list(operations)
+    if not operations:
+        return 0.0
+    total = sum(
+        100.0
+        if operation.state == OpState.SUCCEEDED
+        else operation.percent_complete
+        if operation.state == OpState.EXECUTING
+        else 0.0
+        for operation in operations
+    )
+    return round(min(100.0, max(0.0, total / len(operations))), 2)
+
+
+def operations_fail_running(progress: AgendaProgress, *, message: str, now: datetime) -> int:
+    """Mark the agenda's executing operations failed (their worker is gone); return the count."""
+    return OperationProgress.objects.filter(
+        agenda_progress=progress, state=OpState.EXECUTING
+    ).update(state=OpState.FAILED, message=message, completed_at=now, updated_at=now)
+
+
+def operations_append(
+    progress: AgendaProgress, items: list[dict], *, now: datetime
+) -> list[OperationProgress]:
+    """Add generated operations (waiting) after the agenda's existing ones (POP updateAgenda).
+
+    Each keeps its whole definition, so a retry's pull can hand it to the next worker."""
+    last = (
+        OperationProgress.objects.filter(agenda_progress=progress)
+        .order_by("-position")
+        .values_list("position", flat=True)
+        .first()
+    )
+    start = -1 if last is None else last
+    return OperationProgress.objects.bulk_create(
+        OperationProgress(
+            agenda_progress=progress,
+            customer_id=progress.customer_id,
+            link_id=progress.link_id,
+            cid=progress.cid,
+            position=start + 1 + offset,
+            name=item["name"],
+            type=item["type"],
+            state=OpState.WAITING,
+            is_generated=True,
+            definition=item,
+        )
+        for offset, item in enumerate(items)
+    )

@@ -1,0 +1,294 @@
+"""Pages of agendas, templates and progress by link id (the README's Web pages): scoped selectors
+in, the
+services for actions, HTML out. Another customer's object is a 404 here as in the API."""
+
+from urllib.parse import urlencode
+
+from django.contrib import messages
+from django.contrib.auth.decorators import login_required
+from django.core.exceptions import ValidationError
+from django.core.paginator import Paginator
+from django.db.models import Count
+from django.http import Http404, HttpRequest, HttpResponse
+from django.shortcuts import redirect, render
+from django.urls import reverse
+from django.views.decorators.http import require_POST
+
+from agendas.dag_layout import dag_layout
+from agendas.forms import AgendaFilterForm, ProgressForm, TemplateRunForm, submit_customers
+from agendas.models import Agenda, AgendaProgress, AgendaTemplate
+from agendas.selectors import (
+    agenda_list,
+    agenda_search,
+    agenda_template_list,
+    execution_list,
+    progress_summary,
+)
+from agendas.services import (
+    RerunMode,
+    agenda_abort,
+    agenda_pause,
+    agenda_rerun,
+    agenda_resume,
+    agenda_template_preview,
+    agenda_template_run,
+)
+from agendas.states import TERMINAL
+from core.pages import (
+    duration_text,
+    flash_outcome,
+    is_partial,
+    pretty_json,
+    refresh_url,
+    visible_or_404,
+)
+from resourcepools.models import Membership
+from resourcepools.selectors import has_role, principal_is_staff
+
+Role = Membership.Role
+State = AgendaProgress.State
+
+
+AGENDAS_PER_PAGE = 50
+
+
+PROGRESS_AGENDAS_SHOWN = 500
+
+
+@login_required
+def agendas(request: HttpRequest) -> HttpResponse:
+    partial = is_partial(request)
+    form = AgendaFilterForm(request.GET or None, principal=request.user, with_choices=not partial)
+    filters = form.cleaned_data if form.is_valid() else {}
+    rows = agenda_search(
+        principal=request.user,
+        state=filters.get("state") or "",
+        customer_id=filters.get("customer") or None,
+        link_id=filters.get("link_id") or "",
+        template_id=filters.get("template") or None,
+        insight_id=filters.get("insight") or None,
+        text=filters.get("text") or "",
+    )
+    page = Paginator(rows, AGENDAS_PER_PAGE).get_page(request.GET.get("page"))
+    query = request.GET.copy()
+    query.pop("page", None)
+    query.pop("partial", None)
+    context = {
+        "nav": "agendas",
+        "form": form,
+        "page": page,
+        "query": query.urlencode(),
+        "filtered": any(filters.values()) if filters else False,
+        "refresh_url": refresh_url(request),
+    }
+    template = "pages/agenda_table.html" if partial else "pages/agenda_list.html"
+    return render(request, template, context)
+
+
+def _agenda_actions(request: HttpRequest, agenda: Agenda) -> dict[str, bool]:
+    """Which buttons to offer: the submitter role, and the moves docs/design.md §4 allows now."""
+    if not has_role(request.user, agenda.customer_id, Role.SUBMITTER):
+        return {}
+    progress = agenda.progress
+    state = progress.state
+    executing = state == State.EXECUTING
+    return {
+        "abort": state not in TERMINAL and not (executing and progress.abort_requested),
+        "pause": state in (State.PENDING, State.READY, State.QUEUED)
+        or (executing and not progress.pause_requested),
+        "resume": state == State.PAUSED,
+        "rerun": state in TERMINAL
+        or state == State.PAUSED
+        or (state == State.PENDING and progress.do_not_run),
+    }
+
+
+@login_required
+def agenda_detail(request: HttpRequest, agenda_id: object) -> HttpResponse:
+    agenda = visible_or_404(agenda_list(principal=request.user), agenda_id)
+    progress = agenda.progress
+    operations = list(progress.operations.all())
+    executions = list(
+        execution_list(principal=request.user).filter(agenda=agenda).order_by("-number")
+    )
+    actions = _agenda_actions(request, agenda)
+    context = {
+        "nav": "agendas",
+        "agenda": agenda,
+        "progress": progress,
+        "operations": [
+            {
+                "row": operation,
+                "anchor": f"op-{index}",
+                "result": None if operation.result is None else pretty_json(operation.result),
+                "diagnostics": pretty_json(operation.diagnostics) if operation.diagnostics else "",
+                "params": pretty_json(operation.params) if operation.params else "",
+                "duration": duration_text(
+                    (operation.completed_at - operation.started_at).total_seconds()
+                )
+                if operation.started_at and operation.completed_at
+                else "",
+            }
+            for index, operation in enumerate(operations, start=1)
+        ],
+        "executions": [
+            {"row": execution, "diagnostics": pretty_json(execution.diagnostics)}
+            for execution in executions
+        ],
+        "dag": dag_layout(operations, agenda.operations),
+        "actions": actions,
+        "can_act": bool(actions),
+        "is_terminal": progress.state in TERMINAL,
+        "rerun_modes": [
+            (RerunMode.CONTINUE, "Continue: keep succeeded operations"),
+            (RerunMode.RESET_ALL, "Reset all operations"),
+            (RerunMode.OPERATIONS_TO_RESET, "Reset the chosen operations (and their dependants)"),
+        ],
+        "diagnostics": pretty_json(progress.diagnostics) if progress.diagnostics else "",
+        "request_json": pretty_json({"operations": agenda.operations, "params": agenda.params}),
+        "refresh_url": refresh_url(request),
+    }
+    template = "pages/agenda_live.html" if is_partial(request) else "pages/agenda_detail.html"
+    return render(request, template, context)
+
+
+def _agenda_act(request: HttpRequest, agenda: Agenda, action: str) -> str:
+    """Do a page action on the agenda; the message to show."""
+    if action == "abort":
+        progress = agenda_abort(principal=request.user, agenda=agenda)
+        return (
+            "Abort requested: the worker stops at its next report."
+            if progress.state == State.EXECUTING
+            else "Agenda aborted."
+        )
+    elif action == "pause":
+        progress = agenda_pause(principal=request.user, agenda=agenda)
+        return (
+            "Pause requested: the worker pauses after its running operations."
+            if progress.state == State.EXECUTING
+            else "Agenda paused."
+        )
+    elif action == "resume":
+        agenda_resume(principal=request.user, agenda=agenda)
+        return "Agenda resumed: it is ready again."
+    elif action == "rerun":
+        mode = request.POST.get("mode", RerunMode.CONTINUE)
+        progress = agenda_rerun(
+            principal=request.user,
+            agenda=agenda,
+            mode=mode,
+            operations=request.POST.getlist("operations"),
+        )
+        return f"Agenda rerun ({mode.replace('_', ' ')}): it is {progress.state} now."
+    else:
+        raise Http404(f"No agenda action {action!r}.")
+
+
+@login_required
+@require_POST
+def agenda_action(request: HttpRequest, agenda_id: object, action: str) -> HttpResponse:
+    agenda = visible_or_404(agenda_list(principal=request.user), agenda_id)
+    flash_outcome(request, lambda: _agenda_act(request, agenda, action))
+    return redirect("pages:agenda-detail", agenda_id=agenda.pk)
+
+
+@login_required
+def templates(request: HttpRequest) -> HttpResponse:
+    rows = (
+        agenda_template_list(principal=request.user)
+        .annotate(shared_with=Count("allowed_customers"))
+        .order_by("name", "customer__name")
+    )
+    return render(request, "pages/template_list.html", {"nav": "templates", "templates": rows})
+
+
+@login_required
+def template_detail(request: HttpRequest, template_id: object) -> HttpResponse:
+    template: AgendaTemplate = visible_or_404(
+        agenda_template_list(principal=request.user), template_id
+    )
+    customers = submit_customers(request.user)
+    can_run = customers.exists()
+    preview = None
+    if request.method == "POST":
+        form = TemplateRunForm(request.POST, customers=customers)
+        wants_run = request.POST.get("action") == "run"
+        if form.is_valid():
+            data = form.cleaned_data
+            try:
+                if wants_run:
+                    if not can_run:
+                        raise ValidationError(
+                            {"customer": ["Running a template needs the submitter role."]}
+                        )
+                    agenda, _ = agenda_template_run(
+                        principal=request.user,
+                        template=template,
+                        payload=data["payload"],
+                        customer=data["customer"],
+                        cid=getattr(request, "cid", ""),
+                        link_id=data["link_id"] or None,
+                        external_id=data["external_id"] or None,
+                        priority=data["priority"],
+                    )
+                    messages.success(request, f"Agenda {agenda.pk} submitted.")
+                    return redirect("pages:agenda-detail", agenda_id=agenda.pk)
+                body, problems = agenda_template_preview(
+                    principal=request.user, template=template, payload=data["payload"]
+                )
+                preview = {"body": pretty_json(body), "problems": problems}
+            except ValidationError as error:
+                form.add_service_errors(error)
+    else:
+        form = TemplateRunForm(customers=customers)
+    context = {
+        "nav": "templates",
+        "template": template,
+        "form": form,
+        "preview": preview,
+        "can_run": can_run,
+        # Staff always name the customer: the service never guesses one for them.
+        "single_customer": not principal_is_staff(request.user) and customers.count() == 1,
+        "agenda_json": pretty_json(template.agenda),
+        "static_parameters": pretty_json(template.static_parameters or {}),
+        "payload_schema": pretty_json(template.payload_schema) if template.payload_schema else "",
+        "shared_with": list(template.allowed_customers.values_list("name", flat=True)),
+        "recent": agenda_search(principal=request.user, template_id=template.pk)[:10],
+    }
+    return render(request, "pages/template_detail.html", context)
+
+
+STATE_ORDER = [value for value, _ in State.choices]
+
+
+@login_required
+def progress(request: HttpRequest) -> HttpResponse:
+    link_id = request.GET.get("link_id", "").strip()
+    status = 200
+    if link_id:
+        form = ProgressForm(request.GET)
+        if not form.is_valid():
+            # NUL, or longer than any stored link id: a 400 naming the field, not a query.
+            for error in form.errors["link_id"]:
+                messages.error(request, f"Link id: {error}")
+            link_id, status = "", 400
+    summary = progress_summary(principal=request.user, link_id=link_id) if link_id else None
+    if summary is not None and not summary["agendas"]:
+        summary, status = None, 404  # none visible: not "complete at 0 %"
+    counts = []
+    if summary:
+        counts = [
+            (state, summary["counts"][state])
+            for state in STATE_ORDER
+            if summary["counts"].get(state)
+        ]
+    context = {
+        "nav": "progress",
+        "link_id": link_id,
+        "summary": summary,
+        "counts": counts,
+        "agendas": summary["agendas"][:PROGRESS_AGENDAS_SHOWN] if summary else [],
+        "shown": PROGRESS_AGENDAS_SHOWN,
+        "agendas_url": f"{reverse('pages:agendas')}?{urlencode({'link_id': link_id})}",
+    }
+    return render(request, "pages/progress.html", context, status=status)

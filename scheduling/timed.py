@@ -1,0 +1,167 @@
+"""The timed processes (docs/design.md §8): promote due agendas, reclaim lapsed leases, time out
+long runs, reap expired agendas. Unscoped: they serve the scheduler only.
+"""
+
+import logging
+from datetime import datetime, timedelta
+
+from django.conf import settings
+from django.db import transaction
+from django.utils import timezone
+
+from agendas import states
+from agendas.models import Agenda, AgendaProgress, Execution
+from agendas.states import TERMINAL, S
+from resourcepools.models import Customer, Insight
+from scheduling import metrics
+
+logger = logging.getLogger("pop.scheduling")
+Outcome = Execution.Outcome
+
+
+def agendas_promote(*, now: datetime | None = None, batch_size: int = 1000) -> int:
+    """Move pending agendas whose `run_after` passed to ready, in batches; return the count."""
+    now = now or timezone.now()
+    total = 0
+    while True:
+        with transaction.atomic():
+            promoted = sum(states.progress_promote_due(now=now, limit=batch_size).values())
+        total += promoted
+        if promoted < batch_size:
+            return total
+
+
+def executions_reclaim(*, now: datetime | None = None, limit: int = 1000) -> int:
+    """End executions whose lease expired: retry policy, or `aborted` when an abort was asked.
+
+    One short transaction per execution; a progress row locked by an in-flight report is
+    skipped (SKIP LOCKED) and looked at again next run, so two reclaimers never collide.
+    """
+    now = now or timezone.now()
+    expired = list(
+        Execution.objects.filter(outcome__isnull=True, lease_expires_at__lt=now)
+        .order_by("lease_expires_at")
+        .values_list("pk", "agenda_id")[:limit]
+    )
+    reclaimed = 0
+    for execution_id, agenda_id in expired:
+        with transaction.atomic():
+            locked = _lock_open_execution(execution_id, agenda_id)
+            if locked is None:
+                continue
+            progress, execution = locked
+            if execution.lease_expires_at >= now:
+                continue  # renewed by a report meanwhile
+            since = execution.last_report_at or execution.started_at
+            reason = (
+                f"lease expired: no report from worker {execution.worker or '(unnamed)'} "
+                f"since {since.isoformat()}"
+            )
+            _end_abandoned(
+                progress, execution, Outcome.RECLAIMED, reason, code="lease_expired", now=now
+            )
+            reclaimed += 1
+    if reclaimed:
+        metrics.RECLAIMS.inc(reclaimed)
+        logger.info("reclaimed %d execution(s) with expired leases", reclaimed)
+    return reclaimed
+
+
+def executions_time_out(*, now: datetime | None = None, limit: int = 1000) -> int:
+    """End executions running longer than their insight's `max_execution_seconds`, even while
+    heartbeating (`timed_out` → retry policy). One short transaction per execution."""
+    now = now or timezone.now()
+    timed_out = 0
+    for insight_id, max_seconds in Insight.objects.values_list("pk", "max_execution_seconds"):
+        cutoff = now - timedelta(seconds=max_seconds)
+        overdue = list(
+            Execution.objects.filter(
+                insight_id=insight_id, outcome__isnull=True, started_at__lt=cutoff
+            )
+            .order_by("started_at")
+            .values_list("pk", "agenda_id")[:limit]
+        )
+        for execution_id, agenda_id in overdue:
+            with transaction.atomic():
+                locked = _lock_open_execution(execution_id, agenda_id)
+                if locked is None:
+                    continue
+                progress, execution = locked
+                reason = (
+                    f"timed out: running since {execution.started_at.isoformat()}, longer than "
+                    f"the insight's max_execution_seconds={max_seconds}"
+                )
+                _end_abandoned(
+                    progress, execution, Outcome.TIMED_OUT, reason, code="timed_out", now=now
+                )
+                timed_out += 1
+    if timed_out:
+        metrics.TIMEOUTS.inc(timed_out)
+        logger.info("timed out %d execution(s)", timed_out)
+    return timed_out
+
+
+def _lock_open_execution(
+    execution_id: object, agenda_id: object
+) -> tuple[AgendaProgress, Execution] | None:
+    progress = (
+        AgendaProgress.objects.select_for_update(skip_locked=True, of=("self",))
+        .select_related("agenda", "agenda__customer")
+        .filter(agenda_id=agenda_id)
+        .first()
+    )
+    if progress is None:
+        return None
+    execution = Execution.objects.select_for_update().filter(pk=execution_id).first()
+    if execution is None or execution.outcome is not None:
+        return None
+    return progress, execution
+
+
+def _end_abandoned(
+    progress: AgendaProgress,
+    execution: Execution,
+    outcome: str,
+    reason: str,
+    *,
+    code: str,
+    now: datetime,
+) -> None:
+    entry = states.diagnostic(reason, code=code, detail={"execution": str(execution.pk)}, now=now)
+    if progress.current_execution_id != execution.pk or progress.state != S.EXECUTING:
+        states.execution_close(execution, outcome, now=now, diagnostics=[entry])
+        return
+    if not progress.abort_requested:
+        states.operations_fail_running(progress, message=reason, now=now)
+    states.execution_end(progress, execution, outcome, now=now, message=reason, diagnostics=[entry])
+    metrics.OUTCOMES.labels(outcome).inc()
+
+
+def agendas_reap(*, now: datetime | None = None, batch_size: int | None = None) -> int:
+    """Delete terminal agendas older than their customer's `data_ttl_days`, with progress,
+    operations, executions and callback rows, in batches of ≤ batch_size; never a
+    non-terminal agenda. Locks each batch's progress rows (SKIP LOCKED) before deleting."""
+    now = now or timezone.now()
+    batch_size = min(batch_size or int(getattr(settings, "POP_REAP_BATCH_SIZE", 1000)), 1000)
+    reaped = 0
+    for customer_id, ttl_days in Customer.objects.values_list("pk", "data_ttl_days"):
+        cutoff = now - timedelta(days=ttl_days)
+        while True:
+            with transaction.atomic():
+                agenda_ids = list(
+                    AgendaProgress.objects.select_for_update(skip_locked=True)
+                    .filter(customer_id=customer_id, state__in=TERMINAL, completed_at__lt=cutoff)
+                    .values_list("agenda_id", flat=True)[:batch_size]
+                )
+                if agenda_ids:
+                    Agenda.objects.filter(
+                        pk__in=agenda_ids,
+                        progress__state__in=TERMINAL,
+                        progress__completed_at__lt=cutoff,
+                    ).delete()
+            reaped += len(agenda_ids)
+            if len(agenda_ids) < batch_size:
+                break
+    if reaped:
+        logger.info("reaped %d terminal agenda(s)", reaped)
+    return reaped
