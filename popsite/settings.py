@@ -242,7 +242,7 @@ _https = POP_TLS_UPSTREAM and not DEBUG
 SESSION_COOKIE_SECURE = CSRF_COOKIE_SECURE = env.bool("POP_SECURE_COOKIES", default=_https)
 SECURE_SSL_REDIRECT = env.bool("POP_SSL_REDIRECT", default=_https)
 # Probes and scrapers talk to the pods directly over HTTP.
-SECURE_REDIRECT_EXEMPT = [r"^healthz$", r"^readyz$", r"^metrics$"]
+SECURE_REDIRECT_EXEMPT = [r"^healthz$", r"^healthz/scheduler$", r"^readyz$", r"^metrics$"]
 SECURE_HSTS_SECONDS = env.int("POP_HSTS_SECONDS", default=31536000 if _https else 0)
 SECURE_HSTS_INCLUDE_SUBDOMAINS = env.bool("POP_HSTS_INCLUDE_SUBDOMAINS", default=_https)
 SECURE_HSTS_PRELOAD = env.bool("POP_HSTS_PRELOAD", default=_https)

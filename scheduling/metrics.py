@@ -17,6 +17,7 @@ from collections.abc import Iterator
 from django.conf import settings
 from django.db.models import Count, Min
 from django.utils import timezone
+from django_q.models import Success
 from prometheus_client import CollectorRegistry, Counter, Histogram
 from prometheus_client.core import GaugeMetricFamily, Metric
 from prometheus_client.multiprocess import MultiProcessCollector
@@ -25,6 +26,7 @@ from prometheus_client.registry import REGISTRY, Collector
 from agendas.models import Execution
 from resourcepools.models import Customer, Insight
 from scheduling.models import CallbackDelivery, QueuedAgenda, ReadyAgenda
+from scheduling.schedules import TICKER_FUNC
 
 FILLS = Counter("pop_fills_total", "Fill runs that moved agendas into a queue.", ["insight"])
 FILLED_AGENDAS = Counter(
@@ -111,6 +113,20 @@ class DatabaseCollector(Collector):
         ):
             oldest.add_metric([label(insights, insight_id)], (now - added_at).total_seconds())
         yield oldest
+
+        last_tick = (
+            Success.objects.filter(func=TICKER_FUNC)
+            .order_by("-stopped")
+            .values_list("stopped", flat=True)
+            .first()
+        )
+        tick = GaugeMetricFamily(
+            "pop_scheduler_last_tick_age_seconds",
+            "Seconds since the scheduler's ticker last finished a link (absent: never).",
+        )
+        if last_tick is not None:
+            tick.add_metric([], (now - last_tick).total_seconds())
+        yield tick
 
         outbox = GaugeMetricFamily(
             "pop_callback_deliveries", "Callback outbox rows by status.", labels=["status"]

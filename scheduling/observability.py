@@ -1,4 +1,5 @@
-"""Operational endpoints at the site root: GET /metrics, /healthz, /readyz (docs/design.md §8)."""
+"""Operational endpoints at the site root: GET /metrics, /healthz, /readyz,
+/healthz/scheduler (docs/design.md §8)."""
 
 import hmac
 from datetime import timedelta
@@ -46,35 +47,64 @@ def healthz_view(request: HttpRequest) -> JsonResponse:
     return JsonResponse({"status": "ok"})
 
 
-@require_GET
-def readyz_view(request: HttpRequest) -> JsonResponse:
-    """Ready: the database answers and the scheduler's ticker finished a link recently.
-
-    "Recently" is three ticker links (POP_TICKER_LINK_SECONDS each): the ticker runs fill and
-    promote, so a stale ticker means queues are no longer being filled.
-    """
-    checks: dict[str, str] = {}
+def _database_error() -> str | None:
+    """None when the database answers a trivial query, else the error's class name."""
     try:
         with connection.cursor() as cursor:
             cursor.execute("SELECT 1")
             cursor.fetchone()
-        checks["database"] = "ok"
     except DatabaseError as error:
-        checks["database"] = f"error: {error.__class__.__name__}"
-        return JsonResponse({"status": "unavailable", "checks": checks}, status=503)
-    window = 3 * float(getattr(settings, "POP_TICKER_LINK_SECONDS", 10.0))
-    recent = Success.objects.filter(
-        func=TICKER_FUNC, stopped__gte=timezone.now() - timedelta(seconds=window)
-    ).exists()
-    checks["scheduler"] = "ok" if recent else f"no ticker finished in the last {window:g} s"
-    ready = recent
-    return JsonResponse(
-        {"status": "ok" if ready else "unavailable", "checks": checks}, status=200 if ready else 503
-    )
+        return f"error: {error.__class__.__name__}"
+    return None
+
+
+def _unavailable(checks: dict[str, str]) -> JsonResponse:
+    response = JsonResponse({"status": "unavailable", "checks": checks}, status=503)
+    response["Retry-After"] = "5"
+    return response
+
+
+def ticker_window_seconds() -> float:
+    """How recently a ticker link must have finished for the scheduler to count as healthy."""
+    return 3 * float(getattr(settings, "POP_TICKER_LINK_SECONDS", 10.0))
+
+
+@require_GET
+def readyz_view(request: HttpRequest) -> JsonResponse:
+    """Ready: this node can serve, i.e. the database answers.
+
+    The scheduler's health is not part of it (`/healthz/scheduler`): a web node serves the API
+    and the pages whether or not a cluster is running, and a readiness probe that included the
+    ticker took every web node out of service whenever the scheduler hiccuped.
+    """
+    error = _database_error()
+    if error:
+        return _unavailable({"database": error})
+    return JsonResponse({"status": "ok", "checks": {"database": "ok"}})
+
+
+@require_GET
+def scheduler_health_view(request: HttpRequest) -> JsonResponse:
+    """The scheduler is healthy: a ticker link finished within three links
+    (POP_TICKER_LINK_SECONDS each); the ticker runs fill and promote, so a stale ticker means
+    queues are no longer being filled. For monitoring and for a cluster's own probe."""
+    window = ticker_window_seconds()
+    try:
+        recent = Success.objects.filter(
+            func=TICKER_FUNC, stopped__gte=timezone.now() - timedelta(seconds=window)
+        ).exists()
+    except DatabaseError as error:
+        return _unavailable({"database": f"error: {error.__class__.__name__}"})
+    if not recent:
+        return _unavailable(
+            {"database": "ok", "scheduler": f"no ticker finished in the last {window:g} s"}
+        )
+    return JsonResponse({"status": "ok", "checks": {"database": "ok", "scheduler": "ok"}})
 
 
 urlpatterns = [
     path("metrics", metrics_view, name="metrics"),
     path("healthz", healthz_view, name="healthz"),
     path("readyz", readyz_view, name="readyz"),
+    path("healthz/scheduler", scheduler_health_view, name="healthz-scheduler"),
 ]

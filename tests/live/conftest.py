@@ -261,7 +261,10 @@ def live(django_db_setup, django_db_blocker, tmp_path_factory) -> Iterator[LiveS
         def ready() -> bool:
             server.assert_alive()
             try:
-                return httpx.get(f"{server.url}/readyz", timeout=2).status_code == 200
+                return all(
+                    httpx.get(f"{server.url}{path}", timeout=2).status_code == 200
+                    for path in ("/readyz", "/healthz/scheduler")
+                )
             except httpx.HTTPError:
                 return False
 

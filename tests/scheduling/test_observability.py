@@ -121,8 +121,9 @@ def test_healthz_is_ok(client):
     assert (response.status_code, response.json()) == (200, {"status": "ok"})
 
 
-def test_readyz_needs_a_recent_ticker(client):
-    stale = client.get("/readyz")
+def test_readyz_needs_only_the_database_and_the_scheduler_has_its_own_check(client):
+    ready_without_ticker = client.get("/readyz")
+    stale = client.get("/healthz/scheduler")
     now = timezone.now()
     Task.objects.create(
         id="t1",
@@ -132,12 +133,56 @@ def test_readyz_needs_a_recent_ticker(client):
         stopped=now - timedelta(seconds=1),
         success=True,
     )
-    ready = client.get("/readyz")
+    healthy = client.get("/healthz/scheduler")
 
-    assert stale.status_code == 503
+    # A web node serves whether or not a cluster runs: readiness is the database only.
+    assert ready_without_ticker.status_code == 200
+    assert ready_without_ticker.json() == {"status": "ok", "checks": {"database": "ok"}}
+    assert (stale.status_code, stale["Retry-After"]) == (503, "5")
     assert stale.json()["checks"]["database"] == "ok"
-    assert ready.status_code == 200
-    assert ready.json() == {"status": "ok", "checks": {"database": "ok", "scheduler": "ok"}}
+    assert healthy.status_code == 200
+    assert healthy.json() == {"status": "ok", "checks": {"database": "ok", "scheduler": "ok"}}
+
+
+def test_readyz_and_the_scheduler_check_answer_503_json_when_the_database_fails(
+    client, monkeypatch
+):
+    from django.db import OperationalError
+    from django.db.models.query import QuerySet
+
+    from scheduling import observability
+
+    monkeypatch.setattr(observability, "_database_error", lambda: "error: OperationalError")
+
+    def broken(self):
+        raise OperationalError("the server closed the connection")
+
+    monkeypatch.setattr(QuerySet, "exists", broken)
+    ready = client.get("/readyz")
+    scheduler = client.get("/healthz/scheduler")
+
+    assert (ready.status_code, ready["Retry-After"]) == (503, "5")
+    assert ready.json()["checks"] == {"database": "error: OperationalError"}
+    assert scheduler.status_code == 503
+    assert scheduler.json()["checks"] == {"database": "error: OperationalError"}
+
+
+def test_the_scheduler_tick_age_is_a_metric(client, settings):
+    settings.POP_METRICS_PUBLIC = True
+    now = timezone.now()
+    Task.objects.create(
+        id="t2",
+        name="ticker",
+        func=TICKER_FUNC,
+        started=now - timedelta(seconds=20),
+        stopped=now - timedelta(seconds=7),
+        success=True,
+    )
+
+    body = client.get("/metrics").content.decode()
+
+    [line] = [row for row in body.splitlines() if row.startswith("pop_scheduler_last_tick_age")]
+    assert 6 <= float(line.split()[-1]) < 60
 
 
 def _counter(name: str, **labels: str) -> float:
