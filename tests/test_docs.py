@@ -10,9 +10,18 @@ import pytest
 ROOT = Path(__file__).resolve().parent.parent
 SKIP = {".venv", ".git", "node_modules", "test-output", "run", "staticfiles"}
 TEXT_SUFFIXES = {".py", ".md", ".html", ".yaml", ".yml", ".sh", ".toml", ".txt", ".js", ".css"}
-OUTSIDE = re.compile(
-    r"DESIGN §|DESIGN\.md|STYLE\.md|STYLE §|POP-REFERENCE|shared/design|\.\./shared"
-)
+# The names of the documents the project was asked from, kept out of the repository; written
+# in parts so that this file does not name them itself.
+OUTSIDE_NAMES = [
+    ("DESIGN", " §"),
+    ("DESIGN", ".md"),
+    ("STYLE", ".md"),
+    ("STYLE", " §"),
+    ("POP-", "REFERENCE"),
+    ("shared", "/design"),
+    ("../", "shared"),
+]
+OUTSIDE = re.compile("|".join(re.escape(head + tail) for head, tail in OUTSIDE_NAMES))
 LINK = re.compile(r"\[[^\]]*\]\(([^)\s]+)(?:\s+\"[^\"]*\")?\)")
 
 
@@ -38,11 +47,9 @@ def test_every_markdown_link_resolves_inside_the_repository():
 
 
 def test_no_file_refers_to_documents_outside_the_repository():
-    this = Path(__file__).resolve()
     offenders = [
         f"{path.relative_to(ROOT)}:{number}: {line.strip()[:100]}"
         for path in files(TEXT_SUFFIXES)
-        if path.resolve() != this
         for number, line in enumerate(path.read_text(errors="replace").splitlines(), 1)
         if OUTSIDE.search(line)
     ]
@@ -59,7 +66,10 @@ def test_the_api_description_refers_to_nothing_outside_the_repository():
 
 
 def test_the_check_catches_a_link_or_a_reference_outside(tmp_path):
-    outside = "see [the contract](../shared/design/DESIGN.md) and DESIGN §5.1"
+    # Built from parts, so this file does not itself name an outside document.
+    outside = (
+        "see [the contract](../" + "shared/" + "design/" + "DESIGN" + ".md) and DESIGN" + " §5.1"
+    )
 
     assert OUTSIDE.search(outside)
     [target] = LINK.findall(outside)

@@ -88,12 +88,9 @@ def test_after_commit_runs_only_on_commit_and_swallows_a_failure(caplog):
         after_commit(ran.append, "kept")
         after_commit(refuse)
         assert ran == []
-    try:
-        with transaction.atomic():
-            after_commit(ran.append, "rolled back")
-            raise RuntimeError
-    except RuntimeError:
-        pass
+    with pytest.raises(RuntimeError), transaction.atomic():
+        after_commit(ran.append, "rolled back")
+        raise RuntimeError
 
     assert ran == ["kept"]
     assert "refuse" in caplog.text

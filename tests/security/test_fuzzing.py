@@ -6,10 +6,8 @@ Bodies are built from each endpoint's own field names with values drawn from any
 planted references (file URI, listener URL, `$ref` to both), limits' edges and hostile text.
 """
 
-import http.server
 import json
 import os
-import threading
 
 import pytest
 from hypothesis import HealthCheck, given, settings
@@ -20,6 +18,7 @@ from resourcepools.models import Membership
 from scheduling.fill import insight_fill
 from scheduling.pull import insight_pull
 from tests.factories import AgendaTemplateFactory
+from tests.security.listener import marker_listener
 
 pytestmark = pytest.mark.django_db
 
@@ -37,28 +36,8 @@ def planted(tmp_path_factory):
     """A file and an HTTP listener that both hold MARKER; the listener counts requests."""
     secret = tmp_path_factory.mktemp("planted") / "secret.json"
     secret.write_text(json.dumps({"type": "string", "const": MARKER, "note": MARKER}))
-    hits: list[str] = []
-
-    class Handler(http.server.BaseHTTPRequestHandler):
-        def do_GET(self):  # noqa: N802
-            hits.append(self.path)
-            body = json.dumps({"const": MARKER}).encode()
-            self.send_response(200)
-            self.send_header("Content-Length", str(len(body)))
-            self.end_headers()
-            self.wfile.write(body)
-
-        do_POST = do_GET  # noqa: N815
-
-        def log_message(self, *args):
-            pass
-
-    server = http.server.ThreadingHTTPServer(("127.0.0.1", 0), Handler)
-    threading.Thread(target=server.serve_forever, daemon=True).start()
-    url = f"http://127.0.0.1:{server.server_address[1]}"
-    yield {"file": secret.as_uri(), "path": str(secret), "url": url, "hits": hits}
-    server.shutdown()
-    server.server_close()
+    with marker_listener(MARKER) as (url, hits):
+        yield {"file": secret.as_uri(), "path": str(secret), "url": url, "hits": hits}
 
 
 def hostile_text(planted) -> st.SearchStrategy:

@@ -5,9 +5,7 @@ every `$ref` internal and resolvable, every pattern RE2) and applied at run with
 that retrieves nothing; a schema stored before those rules is a 400 at run, never a fetch.
 """
 
-import http.server
 import json
-import threading
 import time
 
 import pytest
@@ -15,6 +13,7 @@ import pytest
 from agendas.models import Agenda, AgendaTemplate
 from agendas.payload_schema import payload_errors, payload_schema_errors
 from tests.factories import AgendaTemplateFactory
+from tests.security.listener import marker_listener
 
 pytestmark = pytest.mark.django_db
 
@@ -29,27 +28,8 @@ OPERATIONS = {
 @pytest.fixture
 def listener():
     """A local HTTP server that serves MARKER as a JSON schema and counts the requests."""
-    hits: list[str] = []
-
-    class Handler(http.server.BaseHTTPRequestHandler):
-        def do_GET(self):  # noqa: N802
-            hits.append(self.path)
-            body = json.dumps({"type": "string", "const": MARKER}).encode()
-            self.send_response(200)
-            self.send_header("Content-Type", "application/json")
-            self.send_header("Content-Length", str(len(body)))
-            self.end_headers()
-            self.wfile.write(body)
-
-        def log_message(self, *args):
-            pass
-
-    server = http.server.ThreadingHTTPServer(("127.0.0.1", 0), Handler)
-    thread = threading.Thread(target=server.serve_forever, daemon=True)
-    thread.start()
-    yield f"http://127.0.0.1:{server.server_address[1]}", hits
-    server.shutdown()
-    server.server_close()
+    with marker_listener(MARKER) as served:
+        yield served
 
 
 @pytest.fixture
