@@ -4,8 +4,8 @@ so the template stays free of arithmetic."""
 from dataclasses import dataclass
 from typing import Any
 
+from agenda_language.dependencies import operation_dependencies
 from agendas.models import OperationProgress
-from agendas.validation import operation_dependencies
 
 DAG_MAX_OPERATIONS = 300
 

@@ -275,6 +275,19 @@ class Execution(models.Model):
                 name="execution_open_start",
             ),
             models.Index(fields=["insight", "ended_at"], name="execution_insight_ended"),
+            # What is running now, per customer (max_executing) and per insight
+            # (execution_limit): counted by the fill and the waiting reason without reading the
+            # finished executions of a long history.
+            models.Index(
+                fields=["customer"],
+                condition=Q(outcome__isnull=True),
+                name="execution_open_customer",
+            ),
+            models.Index(
+                fields=["insight"],
+                condition=Q(outcome__isnull=True),
+                name="execution_open_insight",
+            ),
         ]
 
     def __str__(self) -> str:

@@ -1,4 +1,5 @@
-"""Agenda writes: submit, run a template, rerun, abort, pause, resume (docs/design.md §5, §7).
+"""Agenda writes: submit (one or in bulk), rerun, abort, pause, resume (docs/design.md §5, §7);
+templates are agendas/template_services.py.
 
 Every public function checks the caller's role first, runs in one transaction and changes
 state only through agendas/states/.
@@ -14,21 +15,10 @@ from django.core.exceptions import PermissionDenied, ValidationError
 from django.db import IntegrityError, transaction
 from django.utils import timezone
 
+from agenda_language.dependencies import operation_dependencies, operations_to_reset
 from agendas import states
 from agendas.models import Agenda, AgendaProgress, AgendaTemplate, OperationProgress
-from agendas.payload_schema import payload_errors, payload_schema_errors
-from agendas.references import UnresolvedReferences, expand_template
-from agendas.submit_options import (
-    OPTION_NAMES,
-    agenda_options_checked,
-    template_body_option_errors,
-)
-from agendas.validation import (
-    operation_dependencies,
-    operations_to_reset,
-    validate_agenda_options,
-    validate_operations,
-)
+from agendas.validation import validate_agenda_options, validate_operations
 from audit.services import audit_record, audit_record_bulk
 from core.errors import validation_messages
 from resourcepools.mapping import InsightCandidate, choose_insight
@@ -40,12 +30,9 @@ from resourcepools.selectors import (
     principal_is_staff,
     require_role,
 )
-from resourcepools.services import acting_customer
 
 Role = Membership.Role
 S = AgendaProgress.State
-# The options a template body may set, each checked as a submission's (agendas/submit_options).
-SUBMIT_OPTIONS = OPTION_NAMES
 
 
 def submitting_customer(*, principal: Principal, customer: Customer | None) -> Customer:
@@ -173,68 +160,6 @@ def _unsaved_agenda(
         operations=operations,
         params=params,
         **fields,
-    )
-
-
-def template_expand(*, template: AgendaTemplate, payload: Any) -> dict:
-    """Validate `payload` against the template's schema and expand the template body
-    (docs/design.md §5.3).
-
-    The schema is applied offline, with RE2 and a deadline (agendas/payload_schema.py); one
-    stored before those rules that breaks them is a 400 naming `payload_schema`, never used.
-    """
-    errors = payload_errors(template.payload_schema, payload)
-    if errors:
-        raise ValidationError(errors)
-    try:
-        body = expand_template(
-            template.agenda, payload=payload, static_parameters=template.static_parameters or {}
-        )
-    except UnresolvedReferences as error:
-        raise ValidationError({"payload": [str(error)]}) from error
-    if not isinstance(body, dict):
-        raise ValidationError({"agenda": ["The template does not expand to an agenda object."]})
-    return body
-
-
-def template_run(
-    *,
-    principal: Principal,
-    template: AgendaTemplate,
-    payload: Any,
-    customer: Customer | None = None,
-    schedule: Any = None,
-    cid: str = "",
-    **options: Any,
-) -> tuple[Agenda, bool]:
-    """Expand the template with `payload` and submit the result; options override the body.
-
-    The body's options are checked as a submission's (400 `agenda.<name>`), the caller's too
-    (400 `<name>`). A body's `callback_url` counts only for its owner's runs: a template never
-    sends another customer's events anywhere (their own callback, or one they pass, does).
-    """
-    customer = submitting_customer(principal=principal, customer=customer)
-    body = template_expand(template=template, payload=payload)
-    overrides = {key: value for key, value in options.items() if value is not None}
-    from_body = {key: body[key] for key in SUBMIT_OPTIONS if key in body and key not in overrides}
-    if template.customer_id != customer.pk:
-        from_body.pop("callback_url", None)
-    submit, errors = {}, {}
-    for given, prefix in ((from_body, "agenda."), (overrides, "")):
-        try:
-            submit.update(agenda_options_checked(given, prefix=prefix))
-        except ValidationError as error:
-            errors.update(error.message_dict)
-    if errors:
-        raise ValidationError(errors)
-    return agenda_submit(
-        principal=principal,
-        customer=customer,
-        operations=body.get("operations"),
-        template=template,
-        schedule=schedule,
-        cid=cid,
-        **submit,
     )
 
 
@@ -411,156 +336,6 @@ def agenda_rerun(
         return progress
     states.transition(progress, S.READY, message=f"rerun ({mode})", extra_fields=extra)
     return progress
-
-
-# --- appended for the REST API (issue 4): templates, bulk submit, callback redelivery -------
-
-
-def template_is_usable_by(template: AgendaTemplate, customer: Customer) -> bool:
-    """Whether `customer` may run `template`: its own, global, or shared with it (docs/design.md
-    §10.3)."""
-    return (
-        template.customer_id == customer.pk
-        or template.is_global
-        or template.allowed_customers.filter(pk=customer.pk).exists()
-    )
-
-
-def _template_body_errors(*, agenda: Any, payload_schema: Any) -> dict[str, list[str]]:
-    """What a template is refused for at save: its body (operations, and options checked as
-    a submission's) and its payload schema (agendas/payload_schema.py), so no run fails on
-    them."""
-    errors: dict[str, list[str]] = {}
-    if not isinstance(agenda, dict):
-        errors["agenda"] = ["Expected a JSON object with an `operations` list."]
-    else:
-        if not isinstance(agenda.get("operations"), list | str) or not agenda.get("operations"):
-            errors["agenda.operations"] = ["Expected a non-empty list (or one @<…> reference)."]
-        errors.update(template_body_option_errors(agenda))
-    schema_errors = payload_schema_errors(payload_schema)
-    if schema_errors:
-        errors["payload_schema"] = schema_errors
-    return errors
-
-
-def _sharing_errors(
-    principal: Principal, fields: dict[str, Any], template: AgendaTemplate | None = None
-) -> dict[str, list[str]]:
-    """Only staff make a template global; an owner's admin may still un-share one."""
-    turns_global = fields.get("is_global") and not (template and template.is_global)
-    if turns_global and not principal_is_staff(principal):
-        return {"is_global": ["Only staff may share a template with every customer."]}
-    return {}
-
-
-def _template_save(template: AgendaTemplate, update_fields: list[str] | None) -> None:
-    try:
-        with transaction.atomic():
-            template.save(update_fields=update_fields)
-    except IntegrityError as error:
-        raise ValidationError({"name": ["This customer has a template of that name."]}) from error
-
-
-@transaction.atomic
-def agenda_template_create(
-    *,
-    principal: Principal,
-    customer: Customer | None = None,
-    allowed_customers: list[Customer] | None = None,
-    cid: str = "",
-    **fields: Any,
-) -> AgendaTemplate:
-    """Create a template owned by `customer` (default: the one the caller administers)."""
-    customer = acting_customer(principal=principal, customer=customer, role=Role.ADMIN)
-    require_role(principal, customer.pk, Role.ADMIN)
-    errors = _sharing_errors(principal, fields) | _template_body_errors(
-        agenda=fields.get("agenda"), payload_schema=fields.get("payload_schema")
-    )
-    if errors:
-        raise ValidationError(errors)
-    template = AgendaTemplate(customer=customer, cid=cid, **fields)
-    _template_save(template, None)
-    if allowed_customers:
-        template.allowed_customers.set(allowed_customers)
-    audit_record(action="template.create", target=template, detail={"name": template.name})
-    return template
-
-
-@transaction.atomic
-def agenda_template_update(
-    *,
-    principal: Principal,
-    template: AgendaTemplate,
-    allowed_customers: list[Customer] | None = None,
-    **fields: Any,
-) -> AgendaTemplate:
-    """Change a template (its owner's admin; shared readers may not)."""
-    require_role(principal, template.customer_id, Role.ADMIN)
-    fields.pop("customer", None)
-    template = AgendaTemplate.objects.select_for_update().get(pk=template.pk)
-    errors = _sharing_errors(principal, fields, template) | _template_body_errors(
-        agenda=fields.get("agenda", template.agenda),
-        payload_schema=fields.get("payload_schema", template.payload_schema),
-    )
-    if errors:
-        raise ValidationError(errors)
-    for name, value in fields.items():
-        setattr(template, name, value)
-    _template_save(template, [*fields, "updated_at"])
-    if allowed_customers is not None:
-        template.allowed_customers.set(allowed_customers)
-    audit_record(action="template.update", target=template, detail={"fields": sorted(fields)})
-    return template
-
-
-@transaction.atomic
-def agenda_template_delete(*, principal: Principal, template: AgendaTemplate) -> None:
-    """Delete a template (its owner's admin); refused while a schedule uses it."""
-    require_role(principal, template.customer_id, Role.ADMIN)
-    audit_record(action="template.delete", target=template, detail={"name": template.name})
-    template.delete()
-
-
-def agenda_template_preview(
-    *, principal: Principal, template: AgendaTemplate, payload: Any
-) -> tuple[dict, dict[str, list[str]]]:
-    """Expand the template with `payload` without submitting; returns (body, problems): what a
-    run would refuse in the operations and, as `agenda.<name>`, in the body's options."""
-    body = template_expand(template=template, payload=payload)
-    problems = validate_operations(body.get("operations"))
-    try:
-        agenda_options_checked(
-            {key: body[key] for key in SUBMIT_OPTIONS if key in body}, prefix="agenda."
-        )
-    except ValidationError as error:
-        problems |= error.message_dict
-    return body, problems
-
-
-def agenda_template_run(
-    *,
-    principal: Principal,
-    template: AgendaTemplate,
-    payload: Any,
-    customer: Customer | None = None,
-    cid: str = "",
-    **options: Any,
-) -> tuple[Agenda, bool]:
-    """Run a template for a customer allowed to use it (see template_run)."""
-    customer = submitting_customer(principal=principal, customer=customer)
-    require_role(principal, customer.pk, Role.SUBMITTER)
-    if not template_is_usable_by(template, customer):
-        raise ValidationError(
-            {"customer": [f"Template {template.name} is not shared with {customer.slug}."]}
-        )
-    return template_run(
-        principal=principal,
-        template=template,
-        payload=payload,
-        customer=customer,
-        cid=cid,
-        **options,
-    )
 
 
 # Keyword arguments of agenda_submit a bulk item may carry, with their defaults.

@@ -10,7 +10,7 @@ from typing import Any
 from django.core.exceptions import ValidationError
 from rest_framework import serializers
 
-from agendas.references import find_references
+from agenda_language.references import find_references
 from core.api import JSONObjectField, OptionalURLField, flatten_errors
 
 

@@ -30,10 +30,10 @@ from agendas.services import (
     agenda_pause,
     agenda_rerun,
     agenda_resume,
-    agenda_template_preview,
-    agenda_template_run,
 )
 from agendas.states import TERMINAL
+from agendas.template_services import agenda_template_preview, agenda_template_run
+from agendas.waiting import waiting_reason
 from core.pages import (
     duration_text,
     flash_outcome,
@@ -145,6 +145,7 @@ def agenda_detail(request: HttpRequest, agenda_id: object) -> HttpResponse:
             (RerunMode.OPERATIONS_TO_RESET, "Reset the chosen operations (and their dependants)"),
         ],
         "diagnostics": pretty_json(progress.diagnostics) if progress.diagnostics else "",
+        "waiting_reason": waiting_reason(progress),
         "request_json": pretty_json({"operations": agenda.operations, "params": agenda.params}),
         "refresh_url": refresh_url(request),
     }

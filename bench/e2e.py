@@ -25,13 +25,11 @@ from bench.common import (
     django_setup,
     machine_cpu_seconds,
     make_world,
-    pulled_twice,
     say,
     sizes_for,
-    state_counts,
-    timings,
     vacuum_analyze,
 )
+from bench.outcomes import pulled_twice, state_counts, timings
 
 CUSTOMERS = 5
 PULLERS = 2

@@ -43,15 +43,12 @@ from bench.common import (
     django_setup,
     make_world,
     percentile,
-    pulled_twice,
     say,
-    sessions_opened,
     sizes_for,
-    state_counts,
-    timings,
     vacuum_analyze,
 )
 from bench.e2e import record
+from bench.outcomes import pulled_twice, sessions_opened, state_counts, timings
 
 CUSTOMERS = 5
 PULLERS = 2  # the pull latency run

@@ -30,12 +30,12 @@ from bench.common import (
     django_setup,
     drop_database,
     dsn,
-    pulled_twice,
     say,
     sizes_for,
     vacuum_analyze,
 )
 from bench.engine import PROCESSES, SHAPES, limit_rate, prepare
+from bench.outcomes import pulled_twice
 
 BASE_DB = "pop_bench_setbased"
 PULL = """

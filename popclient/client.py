@@ -1,128 +1,42 @@
 """REST client for POP (docs/design.md §10, §6.3, §6.4): one method per endpoint, typed errors.
 
 Only httpx and the standard library are used, so a farm can run workers without the server.
+Sending, retrying and error mapping live in :mod:`popclient.transport`.
 """
 
 from __future__ import annotations
 
-import logging
-import random
-import time
-from collections.abc import Callable, Iterator, Mapping
+from collections.abc import Iterator, Mapping
 from typing import Any
 
-import httpx
-
-from popclient import __version__
-from popclient.errors import (
-    Conflict,
-    Forbidden,
-    NotFound,
-    PayloadTooLarge,
-    PopError,
-    RateLimited,
-    ServerError,
-    TransportError,
-    Unauthorized,
-    ValidationFailed,
+from popclient.transport import (
+    API_PREFIX,
+    CID_HEADER,
+    IDEMPOTENCY_HEADER,
+    LEASE_HEADER,
+    ApiSession,
+    error_from_response,
+    without_none,
 )
 
-log = logging.getLogger(__name__)
-
-API_PREFIX = "/api/v1"
-CID_HEADER = "X-POP-CID"
-LEASE_HEADER = "X-POP-Lease"
-IDEMPOTENCY_HEADER = "Idempotency-Key"
-
-# Failures where the request certainly never reached the server: always safe to retry.
-_NOT_SENT = (httpx.ConnectError, httpx.ConnectTimeout, httpx.PoolTimeout)
-_IDEMPOTENT_METHODS = frozenset({"GET", "HEAD", "OPTIONS", "PUT", "DELETE"})
-
-
-def _error_message(body: Any, default: str) -> str:
-    if isinstance(body, dict):
-        detail = body.get("detail")
-        if isinstance(detail, str):
-            return detail
-        parts = []
-        for field, messages in body.items():
-            if isinstance(messages, list):
-                text = "; ".join(str(m) for m in messages)
-            else:
-                text = str(messages)
-            parts.append(f"{field}: {text}")
-        if parts:
-            return "; ".join(parts)
-    if isinstance(body, list) and body:
-        return "; ".join(str(item) for item in body)
-    if isinstance(body, str) and body.strip():
-        return body.strip().splitlines()[0][:200]  # e.g. the title of an HTML error page
-    return default
-
-
-def _field_errors(body: Any) -> dict[str, Any]:
-    if isinstance(body, dict):
-        if set(body) == {"detail"}:
-            return {"non_field_errors": [body["detail"]]}
-        return dict(body)
-    if isinstance(body, list):
-        return {"non_field_errors": list(body)}
-    if body:
-        return {"non_field_errors": [str(body)]}
-    return {}
-
-
-def _retry_after(response: httpx.Response) -> float | None:
-    value = response.headers.get("Retry-After")
-    if not value:
-        return None
-    try:
-        return max(0.0, float(value))
-    except ValueError:
-        return None
-
-
-def error_from_response(response: httpx.Response) -> PopError:
-    """Build the typed error for a non-2xx response."""
-    try:
-        body: Any = response.json()
-    except ValueError:
-        body = response.text
-    status = response.status_code
-    cid = response.headers.get(CID_HEADER)
-    message = _error_message(body, f"{response.reason_phrase or 'HTTP error'}")
-    common: dict[str, Any] = {"status_code": status, "body": body, "cid": cid}
-    if status == 400:
-        return ValidationFailed(message, errors=_field_errors(body), **common)
-    if status == 401:
-        return Unauthorized(message, **common)
-    if status == 403:
-        return Forbidden(message, **common)
-    if status == 404:
-        return NotFound(message, **common)
-    if status == 409:
-        return Conflict(message, **common)
-    if status == 413:
-        return PayloadTooLarge(message, errors=_field_errors(body), **common)
-    if status == 429:
-        return RateLimited(message, retry_after=_retry_after(response), **common)
-    if status >= 500:
-        return ServerError(message, **common)
-    return PopError(message, **common)
-
-
-def _clean(fields: Mapping[str, Any]) -> dict[str, Any]:
-    return {key: value for key, value in fields.items() if value is not None}
+__all__ = [
+    "API_PREFIX",
+    "CID_HEADER",
+    "IDEMPOTENCY_HEADER",
+    "LEASE_HEADER",
+    "PopClient",
+    "error_from_response",
+]
 
 
 def _token_fields(name: str | None, expires_in_days: int | None, never_expires: bool) -> dict:
-    body: dict[str, Any] = _clean({"name": name, "expires_in_days": expires_in_days})
+    body: dict[str, Any] = without_none({"name": name, "expires_in_days": expires_in_days})
     if never_expires:
         body["expires_in_days"] = None
     return body
 
 
-class PopClient:
+class PopClient(ApiSession):
     """Client for one POP server.
 
     ``retries`` is how many times a call is repeated after a failure that is safe to
@@ -132,161 +46,6 @@ class PopClient:
     never repeated once the request may have reached the server.
     """
 
-    def __init__(
-        self,
-        base_url: str,
-        token: str | None = None,
-        *,
-        cid: str | None = None,
-        timeout: float = 30.0,
-        retries: int = 3,
-        backoff: float = 0.25,
-        max_backoff: float = 8.0,
-        transport: httpx.BaseTransport | None = None,
-        sleep: Callable[[float], None] = time.sleep,
-    ) -> None:
-        base = base_url.rstrip("/")
-        if base.endswith(API_PREFIX):
-            base = base[: -len(API_PREFIX)]
-        self.base_url = base
-        self.token = token
-        self.cid = cid
-        self.last_cid: str | None = None
-        self.timeout = timeout
-        self.retries = max(0, retries)
-        self.backoff = backoff
-        self.max_backoff = max_backoff
-        self._sleep = sleep
-        self._http = httpx.Client(
-            base_url=base,
-            timeout=timeout,
-            transport=transport,
-            headers={"User-Agent": f"popclient/{__version__}", "Accept": "application/json"},
-        )
-
-    # -- plumbing -----------------------------------------------------------------------
-
-    def close(self) -> None:
-        self._http.close()
-
-    def __enter__(self) -> PopClient:
-        return self
-
-    def __exit__(self, *exc: object) -> None:
-        self.close()
-
-    def _delay(self, attempt: int) -> float:
-        delay = min(self.max_backoff, self.backoff * (2**attempt))
-        return delay * (0.5 + random.random() / 2)
-
-    def request(
-        self,
-        method: str,
-        path: str,
-        *,
-        json: Any = None,
-        params: Mapping[str, Any] | None = None,
-        headers: Mapping[str, str] | None = None,
-        idempotent: bool | None = None,
-        timeout: float | None = None,
-        cid: str | None = None,
-        authenticated: bool = True,
-    ) -> Any:
-        """Send one API call and return the decoded JSON body (``None`` when empty).
-
-        ``path`` is relative to ``/api/v1/``. ``idempotent`` overrides the method's default
-        for deciding whether 5xx and broken connections are retried.
-        """
-        method = method.upper()
-        if idempotent is None:
-            idempotent = method in _IDEMPOTENT_METHODS
-        url = (
-            path if path.startswith(("http://", "https://")) else f"{API_PREFIX}/{path.lstrip('/')}"
-        )
-        send_headers: dict[str, str] = {}
-        if authenticated and self.token:
-            send_headers["Authorization"] = f"Token {self.token}"
-        if cid or self.cid:
-            send_headers[CID_HEADER] = cid or self.cid or ""
-        if headers:
-            send_headers.update(headers)
-        query = _clean(params or {})
-        attempt = 0
-        while True:
-            try:
-                response = self._http.request(
-                    method,
-                    url,
-                    json=json,
-                    params=query or None,
-                    headers=send_headers,
-                    timeout=timeout if timeout is not None else self.timeout,
-                )
-            except httpx.TransportError as exc:
-                repeatable = isinstance(exc, _NOT_SENT) or idempotent
-                if repeatable and attempt < self.retries:
-                    delay = self._delay(attempt)
-                    log.debug("%s %s failed (%s); retry in %.2fs", method, url, exc, delay)
-                    self._sleep(delay)
-                    attempt += 1
-                    continue
-                raise TransportError(f"{method} {url}: {exc.__class__.__name__}: {exc}") from exc
-            self.last_cid = response.headers.get(CID_HEADER, self.last_cid)
-            if response.is_success:
-                if not response.content:
-                    return None
-                try:
-                    return response.json()
-                except ValueError:
-                    return response.text
-            error = error_from_response(response)
-            if method == "DELETE" and attempt > 0 and isinstance(error, NotFound):
-                # An earlier attempt may have deleted it before its answer was lost: gone is
-                # what was asked for.
-                return None
-            retry_delay: float | None = None
-            if isinstance(error, RateLimited):
-                retry_delay = error.retry_after
-                if retry_delay is None:
-                    retry_delay = self._delay(attempt)
-                retry_delay = min(retry_delay, 60.0)
-            elif isinstance(error, ServerError) and idempotent:
-                retry_delay = self._delay(attempt)
-            if retry_delay is not None and attempt < self.retries:
-                log.debug(
-                    "%s %s -> %s; retry in %.2fs", method, url, response.status_code, retry_delay
-                )
-                self._sleep(retry_delay)
-                attempt += 1
-                continue
-            raise error
-
-    def _get(self, path: str, **params: Any) -> Any:
-        return self.request("GET", path, params=params)
-
-    def _post(self, path: str, body: Any = None, **kwargs: Any) -> Any:
-        return self.request("POST", path, json=body if body is not None else {}, **kwargs)
-
-    def _patch(self, path: str, fields: Mapping[str, Any]) -> Any:
-        # Sent as given: a None value sets the field to null (only what is named changes).
-        return self.request("PATCH", path, json=dict(fields))
-
-    def _delete(self, path: str) -> Any:
-        return self.request("DELETE", path)
-
-    def paginate(self, path: str, **params: Any) -> Iterator[dict[str, Any]]:
-        """Yield every item of a paginated list (``{count, next, previous, results}``)."""
-        page = self._get(path, **params)
-        while True:
-            if isinstance(page, list):
-                yield from page
-                return
-            yield from page.get("results", [])
-            next_url = page.get("next")
-            if not next_url:
-                return
-            page = self.request("GET", next_url)
-
     # -- authentication -----------------------------------------------------------------
 
     def obtain_token(self, username: str, password: str, *, name: str | None = None) -> str:
@@ -295,7 +54,7 @@ class PopClient:
         body = self.request(
             "POST",
             "auth/token/",
-            json=_clean({"username": username, "password": password, "name": name}),
+            json=without_none({"username": username, "password": password, "name": name}),
             authenticated=False,
         )
         token = body["token"]
@@ -353,7 +112,9 @@ class PopClient:
         skip_execution: bool | None = None,
     ) -> Any:
         """Rerun an agenda: mode ``continue``, ``reset_all`` or ``operations_to_reset``."""
-        body = _clean({"mode": mode, "operations": operations, "skip_execution": skip_execution})
+        body = without_none(
+            {"mode": mode, "operations": operations, "skip_execution": skip_execution}
+        )
         return self._post(f"agendas/{agenda_id}/rerun/", body)
 
     def list_executions(self, agenda_id: str, **params: Any) -> Any:
@@ -385,7 +146,7 @@ class PopClient:
     def create_template(self, **fields: Any) -> Any:
         """Create a template: ``name``, ``agenda``, ``description``, ``payload_schema``,
         ``static_parameters``, ``customer``, ``is_global``, ``allowed_customers``."""
-        return self._post("agenda-templates/", _clean(fields))
+        return self._post("agenda-templates/", without_none(fields))
 
     def update_template(self, template_id: str, **fields: Any) -> Any:
         """Change the named fields of a template (PATCH); returns the template."""
@@ -396,13 +157,13 @@ class PopClient:
 
     def run_template(self, template_id: str, payload: Any = None, **fields: Any) -> Any:
         """Run a template with ``payload`` (plus ``link_id``, ``priority``, …); 201 → agenda."""
-        body = _clean(fields)
+        body = without_none(fields)
         body["payload"] = payload if payload is not None else {}
         return self._post(f"agenda-templates/{template_id}/run/", body)
 
     def preview_template(self, template_id: str, payload: Any = None, **fields: Any) -> Any:
         """The expanded agenda a run would submit, without submitting it."""
-        body = _clean(fields)
+        body = without_none(fields)
         body["payload"] = payload if payload is not None else {}
         return self._post(f"agenda-templates/{template_id}/preview/", body, idempotent=True)
 
@@ -416,7 +177,7 @@ class PopClient:
 
     def create_schedule(self, **fields: Any) -> Any:
         """Create a cron schedule: ``name``, ``template``, ``cron``, ``payload``, ``timezone``…"""
-        return self._post("schedules/", _clean(fields))
+        return self._post("schedules/", without_none(fields))
 
     def update_schedule(self, schedule_id: str, **fields: Any) -> Any:
         """Change the named fields of a schedule (PATCH); returns the schedule."""
@@ -477,7 +238,7 @@ class PopClient:
 
     def create_resource_pool(self, **fields: Any) -> Any:
         """Create a pool: ``name``, ``owner`` (customer id or slug), ``description``."""
-        return self._post("resource-pools/", _clean(fields))
+        return self._post("resource-pools/", without_none(fields))
 
     def update_resource_pool(self, pool_id: str, **fields: Any) -> Any:
         """Change the named fields of a pool (PATCH); returns the pool."""
@@ -496,7 +257,7 @@ class PopClient:
     def create_insight(self, **fields: Any) -> Any:
         """Create an insight: ``resource_pool`` (id or name), ``name``, ``mappers``,
         ``queue_size``, ``scheduling_algorithm``, ``lease_seconds``, ``is_global``, …"""
-        return self._post("insights/", _clean(fields))
+        return self._post("insights/", without_none(fields))
 
     def update_insight(self, insight_id: str, **fields: Any) -> Any:
         """Change the named fields of an insight (PATCH); returns the insight."""
@@ -515,7 +276,7 @@ class PopClient:
 
     def create_customer(self, **fields: Any) -> Any:
         """Create a customer (staff): ``name``, ``slug``, ``resource_pool``, …"""
-        return self._post("customers/", _clean(fields))
+        return self._post("customers/", without_none(fields))
 
     def update_customer(self, customer_id: str, **fields: Any) -> Any:
         """Change the named fields (PATCH); a customer's admin may set its callbacks."""
@@ -543,7 +304,9 @@ class PopClient:
     ) -> Any:
         """Add a member with ``role`` (viewer, submitter, admin, worker); a new username
         creates the user (``email``/``password`` for a new user only)."""
-        body = _clean({"username": username, "role": role, "email": email, "password": password})
+        body = without_none(
+            {"username": username, "role": role, "email": email, "password": password}
+        )
         return self._post(f"customers/{customer_id}/members/", body)
 
     def update_member(self, customer_id: str, member_id: int | str, *, role: str) -> Any:
@@ -657,7 +420,7 @@ class PopClient:
         return self.request(
             "POST",
             f"executions/{execution_id}/report/",
-            json=_clean(fields),
+            json=without_none(fields),
             headers={LEASE_HEADER: lease_token},
             idempotent=True,
             cid=cid,
@@ -668,7 +431,7 @@ class PopClient:
         body = self.request(
             "POST",
             "executions/report/",
-            json={"reports": [_clean(r) for r in reports]},
+            json={"reports": [without_none(r) for r in reports]},
             idempotent=True,
         )
         return body.get("results", []) if isinstance(body, dict) else list(body or [])

@@ -1,8 +1,10 @@
 """Run one agenda's operations as a DAG (popclient/README.md).
 
-- An operation depends on the operations named in its ``depends_on`` (a list, or POP's
-  comma-separated string, also read from ``params.dependsOn``) and on every operation whose
-  output it references (``@<name.out…>``).
+- An operation waits for what ``agenda_language.dependencies.waits_for`` names, the very
+  function the server validates with: its ``depends_on`` (a list, or POP's comma-separated
+  string), ``params.dependsOn``, and every operation whose output its ``payload`` or its
+  ``params`` reference (``@<name.out…>``). Both are resolved before the handler runs: the
+  payload is its argument, the params are in ``ctx.operation["params"]``.
 - Ready operations start in threads, at most ``max_parallel`` at once.
 - Fail fast: after a failure no operation starts; running ones finish.
 - Deadlock (nothing running, nothing ready, something pending) fails the agenda with POP's
@@ -28,122 +30,57 @@ import threading
 import time
 import traceback
 from collections.abc import Callable, Mapping
-from dataclasses import dataclass, field
-from datetime import UTC, datetime
+from dataclasses import dataclass
 from typing import Any
 
-from popclient.handlers import Cancelled, HandlerError, HandlerRegistry, OperationContext
-from popclient.references import (
-    AGENDA_ID,
-    OPERATION_NAME,
-    OUTPUT_SUFFIX,
-    find_references,
-    resolve_references,
+from agenda_language.dependencies import waits_for
+from agenda_language.progress import percent_rollup
+from agenda_language.references import AGENDA_ID, OPERATION_NAME, output_name, resolve
+from popclient.handlers import (
+    Cancelled,
+    HandlerError,
+    HandlerRegistry,
+    OperationContext,
+    PermanentError,
+)
+from popclient.operation_state import (
+    ABORTED,
+    EXECUTING,
+    FAILED,
+    MAX_MESSAGE,
+    PAUSED,
+    SUCCEEDED,
+    WAITING,
+    DagResult,
+    OperationState,
+    clip,
+    diagnostic,
+    now_iso,
 )
 
-log = logging.getLogger(__name__)
+__all__ = [
+    "ABORTED",
+    "DEADLOCK_MESSAGE",
+    "EXECUTING",
+    "FAILED",
+    "MAX_MESSAGE",
+    "PAUSED",
+    "SUCCEEDED",
+    "WAITING",
+    "DagResult",
+    "DagRunner",
+    "OperationState",
+    "clip",
+    "diagnostic",
+    "now_iso",
+]
 
-WAITING = "waiting"
-EXECUTING = "executing"
-SUCCEEDED = "succeeded"
-FAILED = "failed"
-ABORTED = "aborted"
-PAUSED = "paused"
+log = logging.getLogger(__name__)
 
 DEADLOCK_MESSAGE = (
     "Agenda operation deadlock has occurred. There are pending operations "
     "(likely with dependencies) but none are ready."
 )
-
-
-def now_iso() -> str:
-    return datetime.now(UTC).isoformat().replace("+00:00", "Z")
-
-
-MAX_MESSAGE = 4000
-
-
-def clip(text: str, limit: int = MAX_MESSAGE) -> str:
-    return text if len(text) <= limit else text[: limit - 1] + "…"
-
-
-def diagnostic(message: str, *, code: str = "error", detail: Any = None) -> dict[str, Any]:
-    """One diagnostics entry as docs/design.md §3 shapes them: ``{time, message, code, detail}``."""
-    return {"time": now_iso(), "message": clip(message), "code": code[:100], "detail": detail}
-
-
-def parse_depends_on(operation: Mapping[str, Any]) -> list[str]:
-    names: list[str] = []
-    sources = [operation.get("depends_on")]
-    params = operation.get("params")
-    if isinstance(params, Mapping):
-        sources.append(params.get("dependsOn"))
-    for source in sources:
-        if isinstance(source, str):
-            items = source.split(",")
-        elif isinstance(source, list | tuple):
-            items = [str(item) for item in source]
-        else:
-            continue
-        for item in items:
-            item = item.strip()
-            if item and item not in names:
-                names.append(item)
-    return names
-
-
-@dataclass
-class OperationState:
-    """Live state of one operation, shaped like the report's ``operations`` items."""
-
-    name: str
-    type: str
-    payload: Any = None
-    depends_on: list[str] = field(default_factory=list)
-    timeout_seconds: float | None = None
-    state: str = WAITING
-    percent_complete: float = 0.0
-    message: str = ""
-    result: Any = None
-    diagnostics: list[dict[str, Any]] = field(default_factory=list)
-    params: dict[str, Any] | None = None
-    prior: dict[str, Any] | None = None
-    skipped: bool = False
-    started_at: str | None = None
-    completed_at: str | None = None
-    version: int = 0
-    run_id: int = 0
-
-    def report(self) -> dict[str, Any]:
-        """The sparse report item for this operation (docs/design.md §6.4)."""
-        item: dict[str, Any] = {
-            "name": self.name,
-            "state": self.state,
-            "percent_complete": round(self.percent_complete, 2),
-            "message": clip(self.message),
-        }
-        if self.state == SUCCEEDED:
-            item["result"] = self.result
-        if self.diagnostics:
-            item["diagnostics"] = list(self.diagnostics)
-        if self.params is not None:
-            item["params"] = dict(self.params)
-        return item
-
-
-@dataclass
-class DagResult:
-    """Outcome of :meth:`DagRunner.run`: ``state`` is succeeded|failed|aborted|paused."""
-
-    state: str
-    message: str
-    percent_complete: float
-    diagnostics: list[dict[str, Any]]
-    operations: dict[str, OperationState]
-
-    def results(self) -> dict[str, Any]:
-        """``{name: result}`` of every succeeded operation."""
-        return {name: op.result for name, op in self.operations.items() if op.state == SUCCEEDED}
 
 
 @dataclass
@@ -220,7 +157,7 @@ class DagRunner:
                 op.percent_complete = 100.0
                 op.result = item.get("result")
                 op.message = str(item.get("message") or SUCCEEDED)
-                self._context[name + OUTPUT_SUFFIX] = op.result
+                self._context[output_name(name)] = op.result
             elif item.get("params") is not None:
                 op.params = dict(item.get("params") or {})
 
@@ -237,13 +174,9 @@ class DagRunner:
             name=name,
             type=str(operation.get("type") or ""),
             payload=copy.deepcopy(operation.get("payload")),
-            depends_on=parse_depends_on(operation),
+            depends_on=waits_for(operation),
             timeout_seconds=float(timeout) if timeout not in (None, "") else None,
         )
-        for reference in find_references(op.payload):
-            target = reference.operation
-            if target is not None and target not in op.depends_on:
-                op.depends_on.append(target)
         self._operations[name] = op
         self._order.append(name)
         self._by_lower[name.lower()] = name
@@ -297,15 +230,7 @@ class DagRunner:
             return self._percent()
 
     def _percent(self) -> float:
-        if not self._operations:
-            return 0.0
-        total = 0.0
-        for op in self._operations.values():
-            if op.state == SUCCEEDED:
-                total += 100.0
-            elif op.state == EXECUTING:
-                total += min(100.0, op.percent_complete)
-        return round(total / len(self._operations), 2)
+        return percent_rollup((op.state, op.percent_complete) for op in self._operations.values())
 
     def operations(self) -> dict[str, OperationState]:
         with self._lock:
@@ -377,7 +302,7 @@ class DagRunner:
             if self._setup_errors:
                 for error in self._setup_errors:
                     self._diagnostics.append(diagnostic(error, code="invalid_agenda"))
-                return self._result(FAILED, self._setup_errors[0])
+                return self._result(FAILED, self._setup_errors[0], retryable=False)
         while True:
             self._drain_events()
             with self._lock:
@@ -445,7 +370,8 @@ class DagRunner:
             unmet = [d for d in op.depends_on if self._dependency_state(d) != SUCCEEDED]
             waits.append(f"{op.name} waits for {', '.join(unmet) or 'nothing'}")
         self._diagnostics.append(diagnostic(DEADLOCK_MESSAGE, code="deadlock", detail=waits))
-        return self._result(FAILED, f"{DEADLOCK_MESSAGE} {'; '.join(waits)}"), changed
+        deadlock = f"{DEADLOCK_MESSAGE} {'; '.join(waits)}"
+        return self._result(FAILED, deadlock, retryable=False), changed
 
     def _dependency_state(self, name: str) -> str | None:
         actual = self._by_lower.get(name.lower())
@@ -469,11 +395,14 @@ class DagRunner:
                 break
         return started
 
-    def _fail_now(self, op: OperationState, message: str, *, code: str, detail: Any = None) -> None:
+    def _fail_now(
+        self, op: OperationState, message: str, *, code: str, retryable: bool = True
+    ) -> None:
         op.state = FAILED
+        op.retryable = retryable
         op.message = message
         op.completed_at = now_iso()
-        entry = diagnostic(message, code=code, detail=detail)
+        entry = diagnostic(message, code=code)
         op.diagnostics = [*op.diagnostics, entry]
         op.version += 1
         self._diagnostics.append(entry)
@@ -487,11 +416,13 @@ class DagRunner:
                 op,
                 f"Unknown operation type found: {op.type} on operation: {op.name}",
                 code="unknown_type",
+                retryable=False,
             )
             return
         context = dict(self._context)
         context[OPERATION_NAME] = op.name
-        resolution = resolve_references(op.payload, context)
+        definition_params = self._definitions[op.name].get("params")
+        resolution = resolve({"payload": op.payload, "params": definition_params}, context)
         problems = [f"unknown reference {name}" for name in resolution.missing]
         problems += resolution.invalid
         if problems:
@@ -499,6 +430,7 @@ class DagRunner:
                 op,
                 f"Operation {op.name} has invalid references: {'; '.join(problems)}",
                 code="invalid_reference",
+                retryable=False,
             )
             return
         op.run_id += 1
@@ -514,7 +446,12 @@ class DagRunner:
             agenda_id=self.agenda_id,
             operation_name=name,
             operation_type=op.type,
-            operation={"name": name, "type": op.type, "payload": op.payload},
+            operation={
+                "name": name,
+                "type": op.type,
+                "payload": op.payload,
+                "params": resolution.value["params"],
+            },
             prior=op.prior,
             allow_exec=self.registry.allow_exec,
             cancel_grace_seconds=self.registry.cancel_grace_seconds,
@@ -527,7 +464,7 @@ class DagRunner:
         )
         thread = threading.Thread(
             target=self._execute,
-            args=(name, run_id, handler, resolution.value, ctx),
+            args=(name, run_id, handler, resolution.value["payload"], ctx),
             name=f"pop-op-{name}",
             daemon=True,
         )
@@ -542,7 +479,8 @@ class DagRunner:
         except Cancelled as exc:
             outcome: tuple[str, Any] = ("cancelled", str(exc))
         except HandlerError as exc:
-            outcome = ("error", diagnostic(exc.message, code=exc.code, detail=exc.detail))
+            kind = "permanent" if isinstance(exc, PermanentError) else "error"
+            outcome = (kind, diagnostic(exc.message, code=exc.code, detail=exc.detail))
         except Exception as exc:  # the handler's own bug fails only its operation
             outcome = (
                 "error",
@@ -591,7 +529,7 @@ class DagRunner:
             op.percent_complete = 100.0
             op.message = SUCCEEDED
             op.result = value
-            self._context[name + OUTPUT_SUFFIX] = value
+            self._context[output_name(name)] = value
         elif kind == "cancelled" and self._stop_outcome is not None:
             op.state = self._stop_outcome
             op.message = self._stop_message
@@ -607,6 +545,7 @@ class DagRunner:
                 self._failure_message = entry["message"]
         else:
             op.state = FAILED
+            op.retryable = kind != "permanent"
             op.message = value["message"]
             op.diagnostics = [*op.diagnostics, value]
             self._diagnostics.append(value)
@@ -640,14 +579,16 @@ class DagRunner:
                 self._failure_message = message
         return bool(expired)
 
-    def _result(self, state: str, message: str) -> DagResult:
+    def _result(self, state: str, message: str, *, retryable: bool = True) -> DagResult:
         if state == SUCCEEDED:
             percent = 100.0
         else:
             percent = self._percent()
+        permanent = any(op.state == FAILED and not op.retryable for op in self._operations.values())
         return DagResult(
             state=state,
             message=message,
+            retryable=state != FAILED or (retryable and not permanent),
             percent_complete=percent,
             diagnostics=list(self._diagnostics),
             operations={name: copy.deepcopy(self._operations[name]) for name in self._order},

@@ -163,6 +163,7 @@ class AgendaRun:
             result = DagResult(
                 state=FAILED,
                 message=f"worker error: {exc}",
+                retryable=True,
                 percent_complete=self.runner.percent_complete(),
                 diagnostics=[diagnostic(f"worker error: {exc}", code="worker_error")],
                 operations=self.runner.operations(),
@@ -196,6 +197,8 @@ class AgendaRun:
         result = self.result
         if result is not None:
             body["state"] = result.state
+            if result.state == "failed" and not result.retryable:
+                body["retryable"] = False
             body["percent_complete"] = result.percent_complete
             body["message"] = result.message[:2000]
             if result.diagnostics:

@@ -14,8 +14,8 @@ from django.utils import timezone
 from agendas.models import AgendaProgress
 from resourcepools.models import Insight
 from resourcepools.selectors import Principal, insight_list
-from scheduling.api.selectors import InsightQueue, alert_list, queue_stats
 from scheduling.models import Alert, QueuedAgenda
+from scheduling.selectors import InsightQueue, alert_list, queue_stats
 
 State = AgendaProgress.State
 

@@ -9,7 +9,8 @@ from accounts.models import ApiToken
 from accounts.selectors import token_for_key
 from accounts.services import token_issue
 from agendas.models import Agenda, AgendaTemplate
-from agendas.services import agenda_submit, template_run
+from agendas.services import agenda_submit
+from agendas.template_services import template_run
 from core.principals import SYSTEM
 from resourcepools.models import Customer, Insight, Membership, ResourcePool
 from scheduling.models import Schedule

@@ -302,7 +302,7 @@ POP_FILL_NUDGE_TASK = "scheduling.tasks.insight_fill"
 POP_FILL_NUDGE = env.str("POP_FILL_NUDGE", default="async")
 # At most one fill nudge per insight and process within this many seconds.
 POP_FILL_NUDGE_MIN_INTERVAL = env.float("POP_FILL_NUDGE_MIN_INTERVAL", default=0.02)
-# Sub-minute processes run in a ticker task of links this long (scheduling/schedules.py).
+# Sub-minute processes run in a ticker task of links this long (scheduling/recurring.py).
 POP_TICKER_LINK_SECONDS = env.float("POP_TICKER_LINK_SECONDS", default=10.0)
 # First pause between long-poll checks of a pull; doubles up to 0.5 s.
 POP_PULL_POLL_SECONDS = env.float("POP_PULL_POLL_SECONDS", default=0.05)
@@ -316,7 +316,7 @@ POP_METRICS_PER_CUSTOMER = env.bool("POP_METRICS_PER_CUSTOMER", default=False)
 Q_CLUSTER = {
     "name": "pop",
     "orm": "default",
-    # One worker is always busy with the ticker (scheduling/schedules.py); keep others free
+    # One worker is always busy with the ticker (scheduling/recurring.py); keep others free
     # for fill nudges and the minute-level processes.
     "workers": env.int("POP_Q_WORKERS", default=4),
     "timeout": 300,

@@ -49,7 +49,11 @@ def require_role(principal: Principal, customer_id: object, role: str) -> None:
 
 def customer_ids_with_role(principal: Principal, role: str = Role.VIEWER) -> list:
     """Ids of the customers where the principal holds `role` (not meaningful for staff)."""
-    return [cid for cid in membership_roles(principal) if has_role(principal, cid, role)]
+    return [
+        customer_id
+        for customer_id in membership_roles(principal)
+        if has_role(principal, customer_id, role)
+    ]
 
 
 def customer_list(*, principal: Principal) -> QuerySet[Customer]:

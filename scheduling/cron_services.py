@@ -22,7 +22,7 @@ from django.db import transaction
 from django.db.models import Q
 from django.utils import timezone
 
-from agendas.services import template_is_usable_by, template_run
+from agendas.template_services import template_is_usable_by, template_run
 from core.principals import SYSTEM
 from scheduling import cron
 from scheduling.models import Schedule

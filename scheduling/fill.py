@@ -16,7 +16,7 @@ from agendas import states
 from agendas.models import Execution
 from resourcepools.models import Customer, Insight
 from scheduling import fairness, metrics
-from scheduling.locks import database_is_postgresql, insight_fill_try_lock
+from scheduling.locks import customer_cap_locks, database_is_postgresql, insight_fill_try_lock
 from scheduling.models import InsightScheduleInfo, QueuedAgenda, ReadyAgenda
 
 logger = logging.getLogger("pop.scheduling")
@@ -102,6 +102,9 @@ def insight_fill(*, insight_id: object, now: datetime | None = None) -> FillResu
             if not more:
                 break
             _read_candidates(insight.pk, candidates, more)
+        picks = _within_caps(
+            picks, {pk: cap for pk, (_, cap) in customers.items() if cap is not None}
+        )
         moved = states.progress_queue_many(
             insight_id=insight.pk,
             entries=[(pick.agenda_id, pick.customer_id) for pick in picks],
@@ -171,6 +174,28 @@ def _cap_allowance(caps: dict[object, int]) -> dict[object, int]:
         .order_by()
     )
     return {pk: cap - queued.get(pk, 0) - executing.get(pk, 0) for pk, cap in caps.items()}
+
+
+def _within_caps(
+    picks: list[fairness.ReadyCandidate], caps: dict[object, int]
+) -> list[fairness.ReadyCandidate]:
+    """The picks that keep every capped customer within `max_executing`, counted again under
+    the customers' cap locks: a fill of another insight that admitted the same customer's work
+    a moment ago has committed by the time the lock is ours, so its rows are counted. Held to
+    the end of this fill's transaction (docs/design.md §6.1)."""
+    capped = {pick.customer_id for pick in picks if pick.customer_id in caps}
+    if not capped:
+        return picks
+    customer_cap_locks(list(capped))
+    allowance = _cap_allowance({pk: caps[pk] for pk in capped})
+    kept = []
+    for pick in picks:
+        if pick.customer_id in allowance:
+            if allowance[pick.customer_id] <= 0:
+                continue
+            allowance[pick.customer_id] -= 1
+        kept.append(pick)
+    return kept
 
 
 # Skip scan: one index probe per distinct customer of the insight, instead of reading every

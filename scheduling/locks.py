@@ -1,5 +1,5 @@
-"""Per-insight fill lock (docs/design.md §6.1), single-flight locks for slow tasks, and the one
-place that asks which database this is.
+"""Per-insight fill lock and per-customer cap locks (docs/design.md §6.1), single-flight locks
+for slow tasks, and the one place that asks which database this is.
 
 On PostgreSQL the lock is a transaction-scoped advisory *try*-lock: a second filler of the
 same insight skips at once instead of queueing behind the first, and the lock goes away
@@ -23,9 +23,9 @@ def database_is_postgresql() -> bool:
     return connection.vendor == "postgresql"
 
 
-def insight_lock_key(insight_id: object) -> int:
-    """A stable signed 32-bit key for the insight (advisory locks take int4 pairs)."""
-    return zlib.crc32(str(insight_id).encode()) - 2**31
+def insight_lock_key(row_id: object) -> int:
+    """A stable signed 32-bit key for a row id (advisory locks take int4 pairs)."""
+    return zlib.crc32(str(row_id).encode()) - 2**31
 
 
 def insight_fill_try_lock(insight_id: object) -> bool:
@@ -40,6 +40,24 @@ def insight_fill_try_lock(insight_id: object) -> bool:
             [FILL_LOCK_NAMESPACE, insight_lock_key(insight_id)],
         )
         return bool(cursor.fetchone()[0])
+
+
+# First key of the per-customer cap locks (max_executing across every insight and node).
+CAP_LOCK_NAMESPACE = 0x504F5043  # "POPC"
+
+
+def customer_cap_locks(customer_ids: list[object]) -> None:
+    """Wait for, and hold until the transaction ends, the cap lock of each customer: fills of
+    different insights that admit work of the same capped customer take turns, so each counts
+    what the other admitted. Keys are taken in sorted order (no deadlock between two fills)."""
+    if not connection.in_atomic_block:
+        raise RuntimeError("customer_cap_locks() must run inside transaction.atomic()")
+    if not database_is_postgresql() or not customer_ids:
+        return
+    keys = sorted({insight_lock_key(customer_id) for customer_id in customer_ids})
+    with connection.cursor() as cursor:
+        for key in keys:
+            cursor.execute("SELECT pg_advisory_xact_lock(%s, %s)", [CAP_LOCK_NAMESPACE, key])
 
 
 # First key of the session-level single-flight locks (one running copy of a slow task).

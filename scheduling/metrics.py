@@ -26,7 +26,7 @@ from prometheus_client.registry import REGISTRY, Collector
 from agendas.models import Execution
 from resourcepools.models import Customer, Insight
 from scheduling.models import CallbackDelivery, QueuedAgenda, ReadyAgenda
-from scheduling.schedules import TICKER_FUNC
+from scheduling.recurring import TICKER_FUNC
 
 FILLS = Counter("pop_fills_total", "Fill runs that moved agendas into a queue.", ["insight"])
 FILLED_AGENDAS = Counter(

@@ -14,7 +14,7 @@ from django_q.models import Success
 from prometheus_client import CONTENT_TYPE_LATEST, generate_latest
 
 from scheduling.metrics import registry
-from scheduling.schedules import TICKER_FUNC
+from scheduling.recurring import TICKER_FUNC
 
 
 def _metrics_allowed(request: HttpRequest) -> bool:

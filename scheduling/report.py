@@ -64,6 +64,7 @@ def execution_report(
     operations: list[dict] | None = None,
     state: str | None = None,
     diagnostics: list | None = None,
+    retryable: bool | None = None,
     now: datetime | None = None,
 ) -> ReportAnswer:
     """Apply one worker report in one transaction: operations, percent, lease, outcome.
@@ -81,6 +82,7 @@ def execution_report(
             operations=operations,
             state=state,
             diagnostics=diagnostics,
+            retryable=retryable,
             now=now or timezone.now(),
         )
 
@@ -146,6 +148,7 @@ _REPORT_FIELDS = frozenset(
         "operations",
         "state",
         "diagnostics",
+        "retryable",
     }
 )
 
@@ -455,6 +458,7 @@ def _execution_report(
     operations: list[dict] | None = None,
     state: str | None = None,
     diagnostics: list | None = None,
+    retryable: bool | None = None,
 ) -> ReportAnswer:
     if state is not None and state not in REPORT_OUTCOMES:
         raise ValidationError({"state": [f"Must be one of {sorted(REPORT_OUTCOMES)}."]})
@@ -487,10 +491,22 @@ def _execution_report(
         message=reason,
         progress_fields=fields,
         execution_fields=["last_report_at"],
+        retryable=_retryable(retryable, items),
     )
     metrics.REPORTS.labels(state).inc()
     metrics.OUTCOMES.labels(outcome).inc()
     return ReportAnswer(abort=False, pause=False, lease_expires_at=None, state=progress.state)
+
+
+def _retryable(retryable: bool | None, items: list[dict]) -> bool:
+    """A failure may be retried unless the report, or a failed operation in it, says it may
+    not (`retryable: false`: a missing input, an unknown type, a 4xx from a fetch)."""
+    if retryable is False:
+        return False
+    return not any(
+        item.get("retryable") is False and item.get("state") == OperationProgress.State.FAILED
+        for item in items
+    )
 
 
 def _diagnostic(entry: object, *, now: datetime) -> dict:

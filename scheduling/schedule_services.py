@@ -14,8 +14,8 @@ from django.db import IntegrityError, transaction
 from django.utils import timezone
 
 from agendas.models import Agenda, AgendaTemplate
-from agendas.services import template_expand, template_is_usable_by, template_run
 from agendas.states import TERMINAL, InvalidTransition
+from agendas.template_services import template_expand, template_is_usable_by, template_run
 from audit.services import audit_record
 from resourcepools.models import Customer, Membership
 from resourcepools.selectors import Principal, require_role

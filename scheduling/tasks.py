@@ -1,6 +1,6 @@
 """django-q2 entry points (docs/design.md §8). Each takes ids or nothing, calls one service, and is
 safe
-to run twice at once. How the sub-minute periods run: see scheduling/schedules.py."""
+to run twice at once. How the sub-minute periods run: see scheduling/recurring.py."""
 
 import logging
 import time
@@ -17,7 +17,7 @@ from scheduling.alerts import alerts_evaluate
 from scheduling.callbacks import callbacks_deliver
 from scheduling.cron_services import schedules_run_due
 from scheduling.locks import single_flight
-from scheduling.schedules import TICKER_FUNC, TICKER_NAME, ticked
+from scheduling.recurring import TICKER_FUNC, TICKER_NAME, ticked
 
 logger = logging.getLogger("pop.scheduling")
 

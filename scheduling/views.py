@@ -21,10 +21,9 @@ from core.pages import (
 )
 from resourcepools.models import Membership
 from resourcepools.selectors import has_role
-from scheduling.api.selectors import schedule_list
 from scheduling.models import Schedule
 from scheduling.schedule_services import schedule_pause, schedule_resume, schedule_trigger
-from scheduling.selectors import pools_overview
+from scheduling.selectors import pools_overview, schedule_list
 
 Role = Membership.Role
 

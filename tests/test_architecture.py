@@ -2,6 +2,7 @@
 
 import ast
 import re
+import sys
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -213,3 +214,13 @@ def test_core_imports_no_pop_app_and_nothing_imports_popsite():
         if imported.split(".")[0] == "popsite"
     ]
     assert (core, into_popsite) == ([], [])
+
+
+def test_the_agenda_language_imports_nothing_but_itself_and_the_standard_library():
+    outside = [
+        f"{_module_name(path)} -> {imported}"
+        for path in (ROOT / "agenda_language").rglob("*.py")
+        for imported in _imports(path)
+        if imported.split(".")[0] not in sys.stdlib_module_names | {"agenda_language"}
+    ]
+    assert outside == []

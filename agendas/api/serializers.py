@@ -13,6 +13,7 @@ from agendas.models import Agenda, AgendaProgress, AgendaTemplate, Execution, Op
 from agendas.services import RerunMode
 from agendas.states import processing_state
 from agendas.submit_options import AgendaOptionsSerializer, KeyedAgendaOptionsSerializer
+from agendas.waiting import waiting_reason
 from core.api import JSONObjectField, JSONValueField, OptionalURLField, ScopedRelatedField
 from resourcepools.models import Customer, Membership
 from resourcepools.selectors import customer_list, has_role
@@ -235,6 +236,38 @@ class AgendaSerializer(serializers.ModelSerializer):
 
     def get_processing_state(self, agenda: Agenda) -> str:
         return processing_state(agenda.progress.state)
+
+
+class WaitingReasonSerializer(serializers.Serializer):
+    code = serializers.ChoiceField(
+        choices=[
+            "paused",
+            "do_not_run",
+            "run_after",
+            "promotion_due",
+            "customer_at_max_executing",
+            "insight_at_execution_limit",
+            "ready",
+            "queued",
+            "moving",
+        ]
+    )
+    message = serializers.CharField()
+    detail = serializers.DictField()
+
+
+class AgendaDetailSerializer(AgendaSerializer):
+    """One agenda, with why it is not executing (null when executing or finished)."""
+
+    waiting_reason = serializers.SerializerMethodField()
+
+    class Meta(AgendaSerializer.Meta):
+        fields = [*AgendaSerializer.Meta.fields, "waiting_reason"]
+        read_only_fields = fields
+
+    @extend_schema_field(WaitingReasonSerializer(allow_null=True))
+    def get_waiting_reason(self, agenda: Agenda) -> dict | None:
+        return waiting_reason(agenda.progress)
 
 
 class AgendaBulkAgendaSerializer(serializers.ModelSerializer):

@@ -23,6 +23,7 @@ from agendas.api.serializers import (
     AgendaBulkItemSerializer,
     AgendaBulkResponseSerializer,
     AgendaBulkSerializer,
+    AgendaDetailSerializer,
     AgendaProgressSerializer,
     AgendaRerunSerializer,
     AgendaSerializer,
@@ -51,12 +52,14 @@ from agendas.services import (
     agenda_rerun,
     agenda_resume,
     agenda_submit,
+    agendas_submit_many,
+)
+from agendas.template_services import (
     agenda_template_create,
     agenda_template_delete,
     agenda_template_preview,
     agenda_template_run,
     agenda_template_update,
-    agendas_submit_many,
 )
 from core.api import (
     CONFLICT_RESPONSE,
@@ -92,7 +95,7 @@ def idempotency_key(request: Request) -> str | None:
 def agenda_detail(request: Request, agenda: Agenda) -> dict:
     """The agenda as the detail endpoint shows it, read back through the scoped selector."""
     fresh = agenda_list(principal=request.user).get(pk=agenda.pk)
-    return AgendaSerializer(fresh, context={"request": request}).data
+    return AgendaDetailSerializer(fresh, context={"request": request}).data
 
 
 def bulk_results(results: list[Agenda | dict]) -> list[dict]:
@@ -117,10 +120,14 @@ class AgendaViewSet(mixins.ListModelMixin, mixins.RetrieveModelMixin, CustomerSc
     ordering_fields = ["created_at", "updated_at", "priority"]
     ordering = ["-created_at"]
 
+    def get_serializer_class(self) -> type[AgendaSerializer]:
+        # One agenda also says why it waits; a list leaves that out (a read per row).
+        return AgendaDetailSerializer if self.action == "retrieve" else AgendaSerializer
+
     @extend_schema(
         request=AgendaSubmitSerializer,
         parameters=[IDEMPOTENCY_PARAMETER],
-        responses={201: AgendaSerializer, 200: AgendaSerializer},
+        responses={201: AgendaDetailSerializer, 200: AgendaDetailSerializer},
         summary="Submit an agenda (201); a repeated Idempotency-Key returns the first (200).",
     )
     def create(self, request: Request, *args: Any, **kwargs: Any) -> Response:
@@ -155,7 +162,7 @@ class AgendaViewSet(mixins.ListModelMixin, mixins.RetrieveModelMixin, CustomerSc
 
     @extend_schema(
         request=AgendaRerunSerializer,
-        responses={200: AgendaSerializer, 409: CONFLICT_RESPONSE},
+        responses={200: AgendaDetailSerializer, 409: CONFLICT_RESPONSE},
         summary="Run a finished, paused or held agenda again.",
     )
     @action(detail=True, methods=["post"])
@@ -168,7 +175,7 @@ class AgendaViewSet(mixins.ListModelMixin, mixins.RetrieveModelMixin, CustomerSc
 
     @extend_schema(
         request=None,
-        responses={200: AgendaSerializer, 409: CONFLICT_RESPONSE},
+        responses={200: AgendaDetailSerializer, 409: CONFLICT_RESPONSE},
         summary="Abort; an executing agenda is stopped by its worker at its next report.",
     )
     @action(detail=True, methods=["post"])
@@ -179,7 +186,7 @@ class AgendaViewSet(mixins.ListModelMixin, mixins.RetrieveModelMixin, CustomerSc
 
     @extend_schema(
         request=None,
-        responses={200: AgendaSerializer, 409: CONFLICT_RESPONSE},
+        responses={200: AgendaDetailSerializer, 409: CONFLICT_RESPONSE},
         summary="Pause; an executing agenda pauses after its running operations.",
     )
     @action(detail=True, methods=["post"])
@@ -190,7 +197,7 @@ class AgendaViewSet(mixins.ListModelMixin, mixins.RetrieveModelMixin, CustomerSc
 
     @extend_schema(
         request=None,
-        responses={200: AgendaSerializer, 409: CONFLICT_RESPONSE},
+        responses={200: AgendaDetailSerializer, 409: CONFLICT_RESPONSE},
         summary="Resume a paused agenda.",
     )
     @action(detail=True, methods=["post"])
@@ -280,7 +287,7 @@ class AgendaTemplateViewSet(
 
     @extend_schema(
         request=TemplateRunSerializer,
-        responses={201: AgendaSerializer},
+        responses={201: AgendaDetailSerializer},
         summary="Expand the template with a payload and submit the agenda.",
     )
     @action(detail=True, methods=["post"])

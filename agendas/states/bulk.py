@@ -20,6 +20,7 @@ from agendas.states.machine import (
     _operation_apply_item,
     _progress_enter,
     check_transition,
+    entry_update,
 )
 
 # --- Set-based forms for the hot paths -------------------------------------
@@ -47,7 +48,7 @@ def progress_queue_many(
         return []
     moved_ids = [agenda_id for agenda_id, _ in moved]
     AgendaProgress.objects.filter(agenda_id__in=moved_ids, state=S.READY).update(
-        state=S.QUEUED, updated_at=now
+        **entry_update(S.QUEUED, now=now)
     )
     ReadyAgenda.objects.filter(agenda_id__in=moved_ids).delete()
     QueuedAgenda.objects.bulk_create(
@@ -90,12 +91,7 @@ def progress_promote_due(*, now: datetime, limit: int) -> dict[object, int]:
     if not due:
         return {}
     AgendaProgress.objects.filter(pk__in=[row[0] for row in due], state=S.PENDING).update(
-        state=S.READY,
-        abort_requested=False,
-        pause_requested=False,
-        completed_at=None,
-        current_execution=None,
-        updated_at=now,
+        **entry_update(S.READY, now=now)
     )
     ReadyAgenda.objects.bulk_create(
         ReadyAgenda(

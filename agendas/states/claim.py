@@ -8,13 +8,12 @@ from datetime import datetime, timedelta
 
 from django.db import connection
 from django.db.models import Case, Max, Value, When
-from django.db.models.functions import Coalesce
 
 from agendas.fill_nudge import fill_nudge
 from agendas.models import Agenda, AgendaProgress, Execution
 from agendas.queue_models import QueuedAgenda, ReadyAgenda
 from agendas.rows import RowLoader, load_row
-from agendas.states.machine import S, callback_enqueue
+from agendas.states.machine import S, callback_enqueue, entry_sql, entry_update
 from resourcepools.models import Customer, Insight
 
 
@@ -56,7 +55,7 @@ def executions_start(
     updated = AgendaProgress.objects.filter(
         pk__in=[progress.pk for progress in progresses], state=S.QUEUED
     ).update(
-        state=S.EXECUTING,
+        **entry_update(S.EXECUTING, now=now),
         current_execution_id=Case(
             *(
                 When(pk=progress.pk, then=Value(execution.pk))
@@ -64,9 +63,7 @@ def executions_start(
             ),
             output_field=AgendaProgress._meta.get_field("current_execution").target_field,
         ),
-        started_at=Coalesce("started_at", Value(now)),
         message=message,
-        updated_at=now,
     )
     if updated != len(progresses):
         # The caller locked these rows in state `queued`; anything else is a bug, not a race.
@@ -144,9 +141,8 @@ WITH picked AS (
     RETURNING e.*
 ), moved AS (
     UPDATE {progress} p
-    SET state = %(executing)s, current_execution_id = started.id,
-        started_at = coalesce(p.started_at, %(now)s), message = %(message)s,
-        updated_at = %(now)s
+    SET state = %(executing)s, current_execution_id = started.id, {entering},
+        message = %(message)s, updated_at = %(now)s
     FROM started JOIN picked ON picked.agenda_id = started.agenda_id
     WHERE p.id = picked.progress_id
     RETURNING p.*
@@ -184,6 +180,7 @@ def _claim_statement(vendor: str) -> tuple[str, list[RowLoader]]:
         agenda=quote(Agenda._meta.db_table),
         customer=quote(Customer._meta.db_table),
         columns=", ".join(column for loader in loaders for column in loader.columns),
+        entering=entry_sql(S.EXECUTING, table="p", now_parameter="now"),
     )
     return sql, loaders
 

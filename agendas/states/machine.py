@@ -11,8 +11,11 @@ from collections.abc import Iterable, Sequence
 from datetime import datetime, timedelta
 
 from django.conf import settings
+from django.db.models import Value
+from django.db.models.functions import Coalesce
 from django.utils import timezone
 
+from agenda_language.progress import percent_rollup as agenda_percent
 from agendas.fill_nudge import fill_nudge
 from agendas.models import Agenda, AgendaProgress, Execution, OperationProgress
 from agendas.queue_models import CallbackDelivery, QueuedAgenda, ReadyAgenda
@@ -174,34 +177,94 @@ def transition(
         _log_completed(progress, now=now)
 
 
+class _Moment:
+    """A marker in ENTRY for a time that is only known when the transition happens."""
+
+    def __init__(self, name: str) -> None:
+        self.name = name
+
+    def __repr__(self) -> str:
+        return self.name
+
+
+NOW = _Moment("NOW")  # the transition's time
+NOW_IF_UNSET = _Moment("NOW_IF_UNSET")  # the transition's time unless the field has one already
+_LEAVE_EXECUTION = {"current_execution": None}
+# A finished agenda keeps no time to run after (a retry's backoff ends with the agenda).
+_END = {"completed_at": NOW, "abort_requested": False, "pause_requested": False, "run_after": None}
+# What entering each state writes on the progress row besides `state` (and `message` when
+# given). The row path (`_progress_enter`), the set-based updates (`entry_update`) and the
+# claim's SQL (`entry_sql`) all read it.
+ENTRY: dict[str, dict[str, object]] = {
+    S.PENDING: _LEAVE_EXECUTION,
+    S.READY: {
+        "abort_requested": False,
+        "pause_requested": False,
+        "completed_at": None,
+        **_LEAVE_EXECUTION,
+    },
+    S.QUEUED: _LEAVE_EXECUTION,
+    S.EXECUTING: {"started_at": NOW_IF_UNSET},
+    S.PAUSED: {"pause_requested": False, **_LEAVE_EXECUTION},
+    S.SUCCEEDED: {**_END, **_LEAVE_EXECUTION},
+    S.FAILED: {**_END, **_LEAVE_EXECUTION},
+    S.ABORTED: {**_END, **_LEAVE_EXECUTION},
+}
+
+
 def _progress_enter(
     progress: AgendaProgress, target: str, *, message: str | None, now: datetime
 ) -> set[str]:
     """The row-level part of entering `target` (no queue rows, no outbox, no save): set the
-    state, message, timestamps and flags; return the fields changed."""
+    state, message and what ENTRY lists; return the fields changed."""
     fields = {"state"}
     progress.state = target
     if message is not None:
         progress.message = message
         fields.add("message")
-    if target == S.READY:
-        progress.abort_requested = progress.pause_requested = False
-        progress.completed_at = None
-        fields |= {"abort_requested", "pause_requested", "completed_at"}
-    elif target == S.EXECUTING and progress.started_at is None:
-        progress.started_at = now
-        fields.add("started_at")
-    elif target in TERMINAL:
-        progress.completed_at = now
-        progress.abort_requested = progress.pause_requested = False
-        fields |= {"completed_at", "abort_requested", "pause_requested"}
-    elif target == S.PAUSED:
-        progress.pause_requested = False
-        fields.add("pause_requested")
-    if target != S.EXECUTING and progress.current_execution_id is not None:
-        progress.current_execution = None
-        fields.add("current_execution")
+    for name, value in ENTRY[target].items():
+        if value is NOW_IF_UNSET:
+            if getattr(progress, name) is not None:
+                continue
+            value = now
+        elif value is NOW:
+            value = now
+        elif name == "current_execution" and progress.current_execution_id is None:
+            continue  # already empty: no load, no write
+        setattr(progress, name, value)
+        fields.add(name)
     return fields
+
+
+def entry_update(target: str, *, now: datetime) -> dict[str, object]:
+    """Keyword arguments of `QuerySet.update()` that enter `target` (state included)."""
+    values: dict[str, object] = {"state": target, "updated_at": now}
+    for name, value in ENTRY[target].items():
+        if value is NOW_IF_UNSET:
+            value = Coalesce(name, Value(now))
+        elif value is NOW:
+            value = now
+        values[name] = value
+    return values
+
+
+def entry_sql(target: str, *, table: str, now_parameter: str) -> str:
+    """The `SET` items (after `state`) that enter `target` in hand-written SQL on the progress
+    table aliased `table`; the transition's time is the named parameter `now_parameter`."""
+    items = []
+    for name, value in ENTRY[target].items():
+        column = AgendaProgress._meta.get_field(name).column
+        now = f"%({now_parameter})s"
+        if value is NOW_IF_UNSET:
+            expression = f"coalesce({table}.{column}, {now})"
+        elif value is NOW:
+            expression = now
+        elif value is None:
+            expression = "NULL"
+        else:
+            expression = "true" if value else "false"
+        items.append(f"{column} = {expression}")
+    return ", ".join(items)
 
 
 def _log_completed(progress: AgendaProgress, *, now: datetime) -> None:
@@ -369,13 +432,15 @@ def execution_end(
     diagnostics: list[dict] | None = None,
     progress_fields: Iterable[str] = (),
     execution_fields: Iterable[str] = (),
+    retryable: bool = True,
 ) -> str:
     """End the locked current `execution` with `outcome` and move its agenda on; return its state.
 
     succeeded goes straight there; an abort asked meanwhile turns any other outcome into
     `aborted`; paused goes to `paused`. A failure (failed, reclaimed, timed_out) goes to
     `paused` when a pause was asked, else to `pending` with a jittered backoff while attempts
-    remain (straight to `ready` when the delay is zero), else to `failed`. Finished
+    remain (straight to `ready` when the delay is zero), else to `failed`; a failure reported
+    as not `retryable` goes to `failed` whatever attempts remain. Finished
     operations keep their state and results: a retry resumes from them.
     `progress_fields`/`execution_fields` name attributes the caller already changed, saved in
     the same UPDATEs.
@@ -412,6 +477,23 @@ def execution_end(
         transition(progress, S.PAUSED, message=message or "paused", now=now, extra_fields=extra)
         return progress.state
     attempt, allowed = progress.attempts_completed, progress.agenda.max_attempts
+    if outcome == Outcome.FAILED and not retryable:
+        entry = diagnostic(
+            f"not retried: the worker reported the failure as permanent ({message})",
+            code="not_retryable",
+            now=now,
+        )
+        progress.diagnostics = [*progress.diagnostics, entry]
+        transition(
+            progress,
+            S.FAILED,
+            message=f"failed, not retryable (attempt {attempt} of {allowed}): {message}".rstrip(
+                ": "
+            ),
+            now=now,
+            extra_fields=[*extra, "diagnostics"],
+        )
+        return progress.state
     if attempt >= allowed:
         transition(
             progress,
@@ -465,20 +547,8 @@ def _operation_apply_item(operation: OperationProgress, item: dict, *, now: date
 
 
 def percent_rollup(operations: Iterable[OperationProgress]) -> float:
-    """Agenda percent: (succeeded × 100 + Σ percent of running operations) / n (docs/design.md
-    §6.4)."""
-    operations = list(operations)
-    if not operations:
-        return 0.0
-    total = sum(
-        100.0
-        if operation.state == OpState.SUCCEEDED
-        else operation.percent_complete
-        if operation.state == OpState.EXECUTING
-        else 0.0
-        for operation in operations
-    )
-    return round(min(100.0, max(0.0, total / len(operations))), 2)
+    """Agenda percent from its operation rows, by the roll-up the worker uses too."""
+    return agenda_percent((operation.state, operation.percent_complete) for operation in operations)
 
 
 def operations_fail_running(progress: AgendaProgress, *, message: str, now: datetime) -> int:

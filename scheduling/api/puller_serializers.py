@@ -45,6 +45,11 @@ class OperationReportSerializer(serializers.Serializer):
     result = JSONValueField(required=False, allow_null=True, help_text="The operation's output.")
     diagnostics = DiagnosticInputSerializer(many=True, required=False, max_length=100)
     params = JSONObjectField(required=False, help_text="Handler resume state.")
+    retryable = serializers.BooleanField(
+        required=False,
+        help_text="false on a failed operation: retrying cannot help (a missing input, an "
+        "unknown type); the agenda fails without using its remaining attempts.",
+    )
 
 
 class ReportSerializer(serializers.Serializer):
@@ -59,6 +64,11 @@ class ReportSerializer(serializers.Serializer):
         help_text="Final outcome of this execution.",
     )
     diagnostics = DiagnosticInputSerializer(many=True, required=False, max_length=100)
+    retryable = serializers.BooleanField(
+        required=False,
+        help_text="With state `failed`: false when retrying cannot help; the agenda goes "
+        "straight to failed whatever attempts remain.",
+    )
 
 
 class BatchReportItemSerializer(ReportSerializer):

@@ -14,7 +14,6 @@ from agendas.selectors import agenda_list
 from core.api import CONFLICT_RESPONSE, CustomerScopedViewSet, Pagination, ServiceWritesMixin
 from resourcepools.selectors import insight_list
 from scheduling.api.filters import AlertFilter, CallbackDeliveryFilter, QueueFilter, ScheduleFilter
-from scheduling.api.selectors import alert_list, callback_delivery_list, queue_stats, schedule_list
 from scheduling.api.serializers import (
     AlertSerializer,
     CallbackDeliverySerializer,
@@ -30,6 +29,7 @@ from scheduling.schedule_services import (
     schedule_trigger,
     schedule_update,
 )
+from scheduling.selectors import alert_list, callback_delivery_list, queue_stats, schedule_list
 
 
 @extend_schema(tags=["schedules"])

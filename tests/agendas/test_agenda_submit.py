@@ -8,8 +8,9 @@ from django.db import IntegrityError
 from django.utils import timezone
 
 from agendas.models import Agenda, AgendaProgress, OperationProgress
-from agendas.services import agenda_submit, template_expand, template_run
+from agendas.services import agenda_submit
 from agendas.states import machine
+from agendas.template_services import template_expand, template_run
 from scheduling.models import ReadyAgenda
 from tests.factories import AgendaTemplateFactory
 

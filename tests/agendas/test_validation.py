@@ -2,12 +2,12 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
-from agendas.validation import (
+from agenda_language.dependencies import (
     operation_dependencies,
     operations_to_reset,
     topological_order,
-    validate_operations,
 )
+from agendas.validation import validate_operations
 
 
 def op(name, type_="sample", **fields):

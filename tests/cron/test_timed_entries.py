@@ -7,7 +7,7 @@ import time_machine
 
 from agendas.models import Agenda
 from scheduling import tasks
-from scheduling.schedules import RECURRING, ticked
+from scheduling.recurring import RECURRING, ticked
 
 pytestmark = pytest.mark.django_db
 

@@ -511,7 +511,7 @@ def test_agenda_filters_by_customer_and_insight_tell_them_apart(
 
 
 def test_agenda_filter_by_template(client_for, submitter, template):
-    from agendas.services import agenda_template_run
+    from agendas.template_services import agenda_template_run
 
     agenda, _ = agenda_template_run(
         principal=submitter.user, template=template, payload={"url": "s3://a"}

@@ -103,3 +103,44 @@ def test_the_popclient_worker_runs_agendas_and_resumes_a_retry_at_the_point_of_f
         "probe": {"url": "s3://flaky", "size": 10},
         "measure": {"measured": "s3://flaky"},
     }
+
+
+def test_a_permanent_failure_fails_the_agenda_after_one_execution_with_attempts_left(
+    live_server, settings, submitter, submit_agenda, insight, worker, tmp_path
+):
+    """Real `mediainfo` (ffprobe) on a file that is not there: PermanentError, reported as not
+    retryable, and the agenda is failed at once although two attempts remain."""
+    settings.POP_FILL_NUDGE = "sync"
+    settings.POP_FILL_NUDGE_MIN_INTERVAL = 0
+    missing = tmp_path / "not-there.mp4"
+    agenda = submit_agenda(
+        submitter,
+        max_attempts=3,
+        retry_delay_seconds=0,
+        operations=[{"name": "probe", "type": "mediainfo", "payload": {"input": str(missing)}}],
+    )
+    token = token_issue(principal=SYSTEM, user=worker.user, name="e2e-permanent").key
+    client = PopClient(live_server.url, token)
+    puller = Worker(
+        client,
+        str(insight.pk),
+        registry=default_registry(),
+        name="ref-worker",
+        wait_seconds=1,
+        max_agendas=1,
+        idle_exit_seconds=5,
+    )
+
+    puller.run()
+    client.close()
+    connection.close()
+
+    progress = AgendaProgress.objects.get(agenda=agenda)
+    assert progress.state == "failed"
+    assert progress.attempts_completed == 1
+    assert progress.run_after is None
+    assert "not retryable" in progress.message
+    assert progress.diagnostics[-1]["code"] == "not_retryable"
+    assert Execution.objects.filter(agenda=agenda).count() == 1
+    operation = OperationProgress.objects.get(agenda_progress=progress)
+    assert (operation.state, operation.diagnostics[-1]["code"]) == ("failed", "probe_failed")

@@ -289,6 +289,24 @@ def test_agendas_show_prints_operations():
     assert "encode     transcode  executing  20%   x" in out
 
 
+def test_agendas_show_says_why_an_agenda_waits():
+    waiting = {
+        **AGENDA,
+        "state": "queued",
+        "waiting_reason": {
+            "code": "queued",
+            "message": "Queued on insight media at position 3.",
+            "detail": {"position": 3},
+        },
+    }
+    server = Server({("GET", "/agendas/a1/"): (200, waiting)})
+
+    code, out, _ = pop(server, "agendas", "show", "a1")
+
+    assert code == 0
+    assert "Waiting    Queued on insight media at position 3." in out
+
+
 @pytest.mark.parametrize(
     ("status", "expected"),
     [(404, 3), (409, 4), (400, 5), (413, 5), (401, 6), (403, 6), (500, 1), (418, 1)],
@@ -361,7 +379,7 @@ def test_submit_from_stdin_with_wait_exits_by_outcome(monkeypatch):
         }
     )
     monkeypatch.setattr(sys, "stdin", io.StringIO('[{"name": "a", "type": "fail"}]'))
-    monkeypatch.setattr("popclient.cli.time.sleep", lambda s: None)
+    monkeypatch.setattr("popclient.cli.watching.time.sleep", lambda s: None)
 
     code, out, err = pop(server, "agendas", "submit", "-", "--wait")
 
@@ -392,7 +410,7 @@ def test_watch_polls_until_terminal_and_exits_0_on_success(monkeypatch):
     succeeded = {**AGENDA, "state": "succeeded", "progress": {**AGENDA["progress"],
                                                              "percent_complete": 100}}  # fmt: skip
     server = Server({("GET", "/agendas/a1/"): [(200, AGENDA), (200, AGENDA), (200, succeeded)]})
-    monkeypatch.setattr("popclient.cli.time.sleep", lambda s: None)
+    monkeypatch.setattr("popclient.cli.watching.time.sleep", lambda s: None)
 
     code, out, _ = pop(server, "agendas", "watch", "a1")
 
@@ -406,7 +424,7 @@ def test_watch_polls_until_terminal_and_exits_0_on_success(monkeypatch):
 def test_watch_json_prints_the_final_agenda_and_exits_1_when_aborted(monkeypatch):
     aborted = {**AGENDA, "state": "aborted"}
     server = Server({("GET", "/agendas/a1/"): [(200, AGENDA), (200, aborted)]})
-    monkeypatch.setattr("popclient.cli.time.sleep", lambda s: None)
+    monkeypatch.setattr("popclient.cli.watching.time.sleep", lambda s: None)
 
     code, out, _ = pop(server, "agendas", "watch", "a1", "--json")
 

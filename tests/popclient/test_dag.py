@@ -4,7 +4,13 @@ import threading
 import time
 
 from popclient.dag import DEADLOCK_MESSAGE, DagRunner
-from popclient.handlers import Cancelled, HandlerError, HandlerRegistry, default_registry
+from popclient.handlers import (
+    Cancelled,
+    HandlerError,
+    HandlerRegistry,
+    PermanentError,
+    default_registry,
+)
 
 
 def op(name, type_="echo", payload=None, **extra):
@@ -497,3 +503,30 @@ def test_a_handler_that_cancels_itself_fails_the_agenda():
     assert result.state == "failed"
     assert result.operations["q"].state == "failed"
     assert result.message == "Operation q cancelled itself: gave up"
+
+
+def test_a_permanent_error_marks_the_operation_and_the_run_not_retryable():
+    def refuse(payload, ctx):
+        raise PermanentError("payload needs an input", code="invalid_payload")
+
+    registry = default_registry()
+    registry.register("refuse", refuse)
+
+    result = run([op("a", "refuse"), op("b", depends_on=["a"])], registry=registry)
+
+    assert (result.state, result.retryable) == ("failed", False)
+    assert result.operations["a"].report()["retryable"] is False
+    assert "retryable" not in result.operations["b"].report()
+
+
+def test_an_ordinary_failure_stays_retryable():
+    result = run([op("a", "fail", {"message": "try again"})])
+
+    assert (result.state, result.retryable) == ("failed", True)
+    assert "retryable" not in result.operations["a"].report()
+
+
+def test_an_unknown_operation_type_is_not_retryable():
+    result = run([op("a", "no-such-type")])
+
+    assert (result.state, result.retryable) == ("failed", False)

@@ -16,6 +16,7 @@ from popclient.handlers import (
     Cancelled,
     HandlerError,
     OperationContext,
+    PermanentError,
     default_registry,
     exec_handler,
     fail_handler,
@@ -273,7 +274,7 @@ class _Handler(http.server.BaseHTTPRequestHandler):
     def do_POST(self):  # noqa: N802 - http.server's naming
         length = int(self.headers.get("Content-Length", 0))
         body = json.loads(self.rfile.read(length) or b"null")
-        status = 201 if self.path == "/ok" else 500
+        status = {"/ok": 201, "/gone": 404, "/busy": 429}.get(self.path, 500)
         data = json.dumps({"got": body, "path": self.path}).encode()
         self.send_response(status)
         self.send_header("Content-Type", "application/json")
@@ -321,6 +322,31 @@ def test_http_text_body_and_error_status(http_server):
         {"method": "POST", "url": f"{http_server}/bad", "body": {}, "fail_on_status": False}, ctx
     )
     assert tolerant["status"] == 500
+
+
+def test_http_client_errors_are_permanent_but_rate_limits_and_server_errors_are_not(http_server):
+    ctx, _ = make_ctx()
+
+    with pytest.raises(PermanentError, match="returned 404"):
+        http_handler({"method": "POST", "url": f"{http_server}/gone", "body": {}}, ctx)
+    for path in ("/busy", "/bad"):
+        with pytest.raises(HandlerError) as caught:
+            http_handler({"method": "POST", "url": f"{http_server}{path}", "body": {}}, ctx)
+        assert not isinstance(caught.value, PermanentError)
+
+
+def test_missing_or_invalid_payloads_are_permanent():
+    ctx, _ = make_ctx()
+
+    for handler, payload in [
+        (http_handler, {}),
+        (mediainfo_handler, {}),
+        (transcode_handler, {"input": "x.mp4"}),
+        (sleep_handler, {"seconds": -1}),
+        (fail_handler, {"permanent": True}),
+    ]:
+        with pytest.raises(PermanentError):
+            handler(payload, ctx)
 
 
 def test_http_connection_failure_is_a_handler_error():
@@ -455,6 +481,12 @@ if FFMPEG or os.environ.get("CI") == "true":
 
         with pytest.raises(HandlerError, match="ffprobe could not read"):
             mediainfo_handler({"input": str(tmp_path / "missing.mp4")}, ctx)
+
+    def test_a_missing_local_input_is_a_permanent_error_for_every_media_handler(tmp_path):
+        for handler, payload, _ in _media_calls(tmp_path / "missing.mp4", tmp_path):
+            ctx, _ = make_ctx()
+            with pytest.raises(PermanentError):
+                handler(payload, ctx)
 
     def test_transcode_cancel_stops_ffmpeg(clip, tmp_path):
         ctx, _ = make_ctx()

@@ -1,4 +1,5 @@
-"""popclient stays standalone: it loads nothing beyond httpx and the standard library."""
+"""popclient stays standalone: it loads nothing beyond httpx, the standard library and the
+agenda language it shares with the server (itself standard library only)."""
 
 import json
 import subprocess
@@ -20,12 +21,21 @@ def test_popclient_loads_only_httpx_and_the_standard_library():
     baseline = loaded_top_level_modules("import httpx")
     loaded = loaded_top_level_modules(
         "import popclient, popclient.cli, popclient.client, popclient.dag\n"
-        "import popclient.handlers, popclient.references, popclient.worker"
+        "import popclient.handlers, popclient.worker"
     )
 
     assert loaded & SERVER_PACKAGES == set()
-    extra = loaded - baseline - set(sys.stdlib_module_names) - {"popclient"}
+    extra = loaded - baseline - set(sys.stdlib_module_names) - {"popclient", "agenda_language"}
     assert extra == set()
+
+
+def test_the_agenda_language_loads_only_the_standard_library():
+    baseline = loaded_top_level_modules("")
+    loaded = loaded_top_level_modules(
+        "import agenda_language.dependencies, agenda_language.progress, agenda_language.references"
+    )
+
+    assert loaded - baseline - set(sys.stdlib_module_names) == {"agenda_language"}
 
 
 def test_cli_entry_point_is_main():

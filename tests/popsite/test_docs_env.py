@@ -4,7 +4,7 @@ A grep of the code, so the configuration docs cannot drift again:
 
 - server side: the keys of `env(...)` calls in popsite/settings.py, every "POP_*" string the
   server packages read (getattr(settings, ...), callbacks' `_setting`, the periods in
-  scheduling/schedules.py), and os.environ reads there (PROMETHEUS_MULTIPROC_DIR) must all
+  scheduling/recurring.py), and os.environ reads there (PROMETHEUS_MULTIPROC_DIR) must all
   appear in README.md and in .env.example;
 - popclient's "POP_*" environment variables must appear in README.md;
 - `.env.example` only offers as `# NAME=value` what the environment really sets, with the

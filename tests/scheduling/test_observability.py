@@ -10,7 +10,7 @@ from prometheus_client import REGISTRY
 from prometheus_client.parser import text_string_to_metric_families
 
 from scheduling import timed
-from scheduling.schedules import TICKER_FUNC
+from scheduling.recurring import TICKER_FUNC
 
 pytestmark = pytest.mark.django_db
 

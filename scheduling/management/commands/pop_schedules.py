@@ -1,4 +1,4 @@
-"""Register POP's timed processes (scheduling/schedules.py) as django-q2 schedules, idempotently."""
+"""Register POP's timed processes (scheduling/recurring.py) as django-q2 schedules, idempotently."""
 
 from typing import Any
 
@@ -7,7 +7,7 @@ from django.db import transaction
 from django_q.models import Schedule as QSchedule
 from django_q.tasks import async_task
 
-from scheduling.schedules import (
+from scheduling.recurring import (
     RECURRING,
     TICKER_FUNC,
     TICKER_NAME,

@@ -4,7 +4,7 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
-from agendas.references import (
+from agenda_language.references import (
     REFERENCE_PATTERN,
     Reference,
     UnresolvedReferences,

@@ -1,11 +1,9 @@
-"""Worker-side @<name::/pointer?fallback> resolution (docs/design.md §5.3)."""
+"""Resolution as the worker sees it: a Resolution naming what is missing or invalid instead of
+an exception (docs/design.md §5.3)."""
 
-from popclient.references import (
-    find_references,
-    referenced_operations,
-    resolve_pointer,
-    resolve_references,
-)
+from agenda_language.pointers import resolve_pointer
+from agenda_language.references import find_references, referenced_operations
+from agenda_language.references import resolve as resolve_in
 
 CONTEXT = {
     "probe.1.out": {
@@ -24,7 +22,7 @@ CONTEXT = {
 
 
 def resolve(value):
-    return resolve_references(value, CONTEXT)
+    return resolve_in(value, CONTEXT)
 
 
 def test_whole_value_keeps_json_type_including_booleans():

@@ -10,7 +10,7 @@ from django_q.models import Schedule as QSchedule
 
 from scheduling import fill as fill_service
 from scheduling import tasks
-from scheduling.schedules import RECURRING, TICKER_FUNC, TICKER_NAME, ticked
+from scheduling.recurring import RECURRING, TICKER_FUNC, TICKER_NAME, ticked
 from tests.scheduling.conftest import state_of
 
 pytestmark = pytest.mark.django_db

@@ -1,0 +1,147 @@
+"""Why an agenda is not executing (docs/design.md §6.5): a machine-readable code, a sentence,
+and the figures behind it. Read on demand for one agenda (the API's detail, the agenda page,
+`pop agendas show`); nothing on the fill, pull or report path computes or stores it. Every
+count is bounded by a LIMIT, so the answer costs the same with any backlog.
+"""
+
+from dataclasses import asdict, dataclass, field
+from datetime import datetime
+from typing import Any
+
+from django.db.models import Q
+from django.utils import timezone
+
+from agendas.models import AgendaProgress, Execution
+from agendas.queue_models import QueuedAgenda, ReadyAgenda
+
+S = AgendaProgress.State
+# Counts of agendas ahead stop here ("at least 1000"): the answer must not read a backlog.
+COUNT_LIMIT = 1000
+
+
+@dataclass(frozen=True)
+class WaitingReason:
+    code: str
+    message: str
+    detail: dict[str, Any] = field(default_factory=dict)
+
+    def as_dict(self) -> dict[str, Any]:
+        return asdict(self)
+
+
+def _bounded_count(rows, limit: int = COUNT_LIMIT) -> int:
+    return rows[:limit].count()
+
+
+def _amount(count: int, limit: int = COUNT_LIMIT) -> str:
+    return f"at least {limit}" if count >= limit else str(count)
+
+
+def _customer_at_cap(progress: AgendaProgress) -> WaitingReason | None:
+    cap = progress.agenda.customer.max_executing
+    if cap is None:
+        return None
+    queued = _bounded_count(QueuedAgenda.objects.filter(customer_id=progress.customer_id), cap)
+    running = _bounded_count(
+        Execution.objects.filter(customer_id=progress.customer_id, outcome__isnull=True), cap
+    )
+    if queued + running < cap:
+        return None
+    return WaitingReason(
+        "customer_at_max_executing",
+        f"Its customer has {cap} agendas queued or executing, its max_executing; the next fill "
+        "after one of them ends can take it.",
+        {"max_executing": cap},
+    )
+
+
+def _insight_at_limit(progress: AgendaProgress) -> WaitingReason | None:
+    insight = progress.agenda.insight
+    limit = insight.execution_limit
+    if limit is None:
+        return None
+    running = _bounded_count(
+        Execution.objects.filter(insight_id=insight.pk, outcome__isnull=True), limit
+    )
+    queued = _bounded_count(QueuedAgenda.objects.filter(insight_id=insight.pk), limit)
+    if running + queued < limit:
+        return None
+    return WaitingReason(
+        "insight_at_execution_limit",
+        f"Insight {insight.name} has {limit} agendas queued or executing, its execution_limit.",
+        {"insight": insight.name, "execution_limit": limit},
+    )
+
+
+def _ready(progress: AgendaProgress) -> WaitingReason:
+    blocked = _customer_at_cap(progress) or _insight_at_limit(progress)
+    if blocked is not None:
+        return blocked
+    entry = ReadyAgenda.objects.filter(agenda_id=progress.agenda_id).first()
+    if entry is None:  # moved on since the state was read
+        return WaitingReason("moving", "It is being queued right now.")
+    ahead = _bounded_count(
+        ReadyAgenda.objects.filter(insight_id=entry.insight_id, customer_id=entry.customer_id)
+        .filter(
+            Q(priority__gt=entry.priority) | Q(priority=entry.priority, added_at__lt=entry.added_at)
+        )
+        .order_by()
+    )
+    insight = progress.agenda.insight
+    return WaitingReason(
+        "ready",
+        f"Ready on insight {insight.name}: {_amount(ahead)} of its customer's agendas come first "
+        f"there (higher priority or older); fills take the customers' turns by the insight's "
+        f"{insight.get_scheduling_algorithm_display()} rule.",
+        {"insight": insight.name, "customer_agendas_ahead": ahead, "ahead_limit": COUNT_LIMIT},
+    )
+
+
+def _queued(progress: AgendaProgress) -> WaitingReason:
+    entry = QueuedAgenda.objects.filter(agenda_id=progress.agenda_id).first()
+    if entry is None:
+        return WaitingReason("moving", "It is being handed to a worker right now.")
+    ahead = _bounded_count(
+        QueuedAgenda.objects.filter(insight_id=entry.insight_id, position__lt=entry.position)
+    )
+    insight = progress.agenda.insight
+    return WaitingReason(
+        "queued",
+        f"Queued on insight {insight.name} at position {ahead + 1}: the next pull of a worker "
+        "of that insight takes the agendas in queue order.",
+        {"insight": insight.name, "position": ahead + 1},
+    )
+
+
+def _pending(progress: AgendaProgress, now: datetime) -> WaitingReason:
+    if progress.do_not_run:
+        return WaitingReason(
+            "do_not_run", "Held (do_not_run): it runs only after a rerun or a resume."
+        )
+    if progress.run_after is not None and progress.run_after > now:
+        return WaitingReason(
+            "run_after",
+            f"Waiting until {progress.run_after.isoformat()} (run_after: a delay or the backoff "
+            "before a retry).",
+            {"run_after": progress.run_after.isoformat()},
+        )
+    return WaitingReason(
+        "promotion_due", "Eligible now: the next promote (every few seconds) makes it ready."
+    )
+
+
+def waiting_reason(progress: AgendaProgress, *, now: datetime | None = None) -> dict | None:
+    """Why the agenda is not executing, or None when it is executing or finished."""
+    now = now or timezone.now()
+    state = progress.state
+    if state == S.PAUSED:
+        reason = WaitingReason("paused", "Paused: it waits for a resume.")
+    elif state == S.PENDING:
+        reason = _pending(progress, now)
+    elif state == S.READY:
+        reason = _ready(progress)
+    elif state == S.QUEUED:
+        reason = _queued(progress)
+    else:
+        return None
+    return reason.as_dict()

@@ -1,0 +1,307 @@
+"""``pop agendas``: submit, list, show, watch, abort/pause/resume and rerun agendas, and list
+their executions."""
+
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+from pathlib import Path
+from typing import Any
+
+from popclient.cli.base import (
+    EXIT_OK,
+    EXIT_VALIDATION,
+    Context,
+    UsageError,
+    _cell,
+    _results,
+    add_command,
+    agenda_operations,
+    agenda_percent,
+    agenda_state,
+    progress_bar,
+)
+from popclient.cli.watching import _after_submit, _watch
+
+
+def register(commands: Any, common: argparse.ArgumentParser) -> None:
+    """Add ``agendas`` and its actions."""
+    agendas = commands.add_parser("agendas", help="submit, list, watch and control agendas")
+    agenda_commands = agendas.add_subparsers(dest="subcommand", metavar="ACTION", required=True)
+
+    submit = add_command(
+        agenda_commands, common, "submit", "submit an agenda from a JSON file (- for stdin)"
+    )
+    submit.add_argument("file", help="agenda JSON ({operations: [...]}, or a list of operations)")
+    submit.add_argument("--bulk", action="store_true", help="the file holds a list of agendas")
+    submit.add_argument("--link-id")
+    submit.add_argument("--external-id")
+    submit.add_argument("--priority", type=int, choices=range(10), metavar="0-9")
+    submit.add_argument("--max-attempts", type=int)
+    submit.add_argument("--retry-delay", type=int, dest="retry_delay_seconds")
+    submit.add_argument("--insight", dest="default_insight", help="preferred insight (name or id)")
+    submit.add_argument("--customer", help="needed when you belong to several customers")
+    submit.add_argument("--callback-url")
+    submit.add_argument("--run-after", help="ISO time before which it is not run")
+    submit.add_argument("--do-not-run", action="store_true", help="create it but never queue it")
+    submit.add_argument("--param", action="append", default=[], metavar="KEY=VALUE")
+    submit.add_argument("--idempotency-key")
+    submit.add_argument(
+        "--wait", action="store_true", help="watch until it ends (exit 1 if failed)"
+    )
+    submit.set_defaults(handler=cmd_agendas_submit)
+
+    listing = add_command(agenda_commands, common, "list", "list agendas")
+    for option in ("state", "link-id", "customer", "insight", "template", "external-id"):
+        dest = option.replace("-", "_")
+        listing.add_argument(f"--{option}", dest=f"filter_{dest}", metavar=dest.upper())
+    listing.add_argument("--by-cid", dest="filter_cid", metavar="CID", help="created with this cid")
+    listing.add_argument("--created-after", dest="filter_created_after", metavar="TIME")
+    listing.add_argument("--created-before", dest="filter_created_before", metavar="TIME")
+    listing.add_argument("--ordering", dest="filter_ordering", metavar="FIELD", help="-created_at")
+    listing.add_argument("--limit", type=int, default=50)
+    listing.add_argument("--offset", type=int)
+    listing.add_argument("--all", action="store_true", help="follow every page")
+    listing.set_defaults(handler=cmd_agendas_list)
+
+    show = add_command(agenda_commands, common, "show", "show an agenda with its operations")
+    show.add_argument("id")
+    show.set_defaults(handler=cmd_agendas_show)
+
+    watch = add_command(agenda_commands, common, "watch", "live progress until the agenda ends")
+    watch.add_argument("id")
+    watch.add_argument("--interval", type=float, default=1.0, help="seconds between polls (1)")
+    watch.add_argument("--max-wait", type=float, help="give up (exit 1) after this many seconds")
+    watch.set_defaults(handler=cmd_agendas_watch)
+
+    for name, help_text in (
+        ("abort", "abort an agenda (a running one is stopped by its worker)"),
+        ("pause", "pause an agenda (a running one stops after its running operations)"),
+        ("resume", "resume a paused agenda"),
+    ):
+        action = add_command(agenda_commands, common, name, help_text)
+        action.add_argument("id")
+        action.set_defaults(handler=cmd_agendas_action, action=name)
+
+    rerun = add_command(agenda_commands, common, "rerun", "run a finished or paused agenda again")
+    rerun.add_argument("id")
+    rerun.add_argument("--mode", choices=["continue", "reset_all", "operations_to_reset"])
+    rerun.add_argument("--operations", help="comma-separated operations to reset")
+    rerun.add_argument("--skip-execution", action="store_true")
+    rerun.add_argument("--wait", action="store_true")
+    rerun.set_defaults(handler=cmd_agendas_rerun)
+
+    executions = add_command(
+        agenda_commands, common, "executions", "list an agenda's execution attempts"
+    )
+    executions.add_argument("id")
+    executions.set_defaults(handler=cmd_agendas_executions)
+
+
+def _load_json_file(name: str) -> Any:
+    try:
+        text = sys.stdin.read() if name == "-" else Path(name).read_text()
+    except OSError as exc:
+        raise UsageError(f"cannot read {name}: {exc}") from exc
+    try:
+        return json.loads(text)
+    except ValueError as exc:
+        raise UsageError(f"{name} is not valid JSON: {exc}") from exc
+
+
+def _parse_params(items: list[str]) -> dict[str, Any]:
+    params: dict[str, Any] = {}
+    for item in items:
+        key, sep, value = item.partition("=")
+        if not sep or not key:
+            raise UsageError(f"--param needs KEY=VALUE, got {item!r}")
+        try:
+            params[key] = json.loads(value)
+        except ValueError:
+            params[key] = value
+    return params
+
+
+def cmd_agendas_submit(ctx: Context) -> int:
+    args = ctx.args
+    document = _load_json_file(args.file)
+    overrides = {
+        key: getattr(args, key)
+        for key in (
+            "link_id", "external_id", "priority", "max_attempts", "retry_delay_seconds",
+            "default_insight", "customer", "callback_url", "run_after",
+        )
+        if getattr(args, key) is not None
+    }  # fmt: skip
+    if args.do_not_run:
+        overrides["do_not_run"] = True
+    params = _parse_params(args.param)
+    client = ctx.client()
+    if args.bulk:
+        items = document.get("agendas") if isinstance(document, dict) else document
+        if not isinstance(items, list):
+            raise UsageError('--bulk needs a list of agendas (or {"agendas": [...]})')
+        agendas = [_with_overrides(item, overrides, params) for item in items]
+        results = client.submit_agendas_bulk(agendas)
+        failed = [r for r in results if isinstance(r, dict) and "errors" in r]
+        if ctx.out.as_json:
+            ctx.out.json(results)
+        else:
+            rows = []
+            for index, result in enumerate(results):
+                if isinstance(result, dict) and "errors" in result:
+                    rows.append([index, "-", "rejected", _cell(result["errors"])])
+                else:
+                    rows.append([index, result.get("id"), agenda_state(result), ""])
+            ctx.out.table(rows, ["#", "id", "state", "errors"])
+        return EXIT_VALIDATION if failed else EXIT_OK
+    if isinstance(document, list):
+        document = {"operations": document}
+    if not isinstance(document, dict):
+        raise UsageError("the agenda must be a JSON object or a list of operations")
+    agenda = client.submit_agenda(
+        _with_overrides(document, overrides, params), idempotency_key=args.idempotency_key
+    )
+    return _after_submit(ctx, agenda, wait=args.wait)
+
+
+def _with_overrides(agenda: Any, overrides: dict[str, Any], params: dict[str, Any]) -> Any:
+    if not isinstance(agenda, dict):
+        return agenda
+    merged = {**agenda, **overrides}
+    if params:
+        merged["params"] = {**(agenda.get("params") or {}), **params}
+    return merged
+
+
+def cmd_agendas_list(ctx: Context) -> int:
+    args = ctx.args
+    filters = {
+        key[len("filter_") :]: value
+        for key, value in vars(args).items()
+        if key.startswith("filter_") and value is not None
+    }
+    client = ctx.client()
+    if args.all:
+        agendas = list(client.iter_agendas(limit=args.limit, **filters))
+    else:
+        agendas = _results(client.list_agendas(limit=args.limit, offset=args.offset, **filters))
+    if ctx.out.as_json:
+        ctx.out.json(agendas)
+        return EXIT_OK
+    rows = [
+        [
+            a.get("id"),
+            agenda_state(a),
+            f"{agenda_percent(a):.0f}%",
+            a.get("priority"),
+            a.get("link_id") or None,
+            a.get("created_at"),
+        ]
+        for a in agendas
+    ]
+    ctx.out.table(rows, ["id", "state", "done", "priority", "link_id", "created_at"])
+    return EXIT_OK
+
+
+def cmd_agendas_show(ctx: Context) -> int:
+    agenda = ctx.client().get_agenda(ctx.args.id)
+    if ctx.out.as_json:
+        ctx.out.json(agenda)
+        return EXIT_OK
+    progress = agenda.get("progress") or {}
+    out = ctx.out
+    out.line(f"Agenda     {agenda.get('id')}")
+    out.line(f"State      {agenda_state(agenda)}  {progress_bar(agenda_percent(agenda))} "
+             f"{agenda_percent(agenda):.0f}%")  # fmt: skip
+    waiting = agenda.get("waiting_reason") or {}
+    for label, value in (
+        ("Message", progress.get("message")),
+        ("Waiting", waiting.get("message")),
+        ("Link id", agenda.get("link_id")),
+        ("Priority", agenda.get("priority")),
+        ("Attempts", progress.get("attempts_completed")),
+        ("Insight", agenda.get("insight_name") or agenda.get("insight")),
+        ("Created", agenda.get("created_at")),
+        ("CID", agenda.get("cid")),
+    ):
+        if value not in (None, ""):
+            out.line(f"{label:<10} {value}")
+    types = {op.get("name"): op.get("type") for op in agenda.get("operations") or []}
+    rows = []
+    for op in agenda_operations(agenda):
+        outcome = op.get("result") if op.get("state") == "succeeded" else op.get("message")
+        rows.append(
+            [
+                op.get("name"),
+                op.get("type") or types.get(op.get("name")),
+                op.get("state"),
+                f"{float(op.get('percent_complete') or 0):.0f}%",
+                outcome,
+            ]
+        )
+    if rows:
+        out.line()
+        out.table(rows, ["operation", "type", "state", "done", "result / message"])
+    for entry in progress.get("diagnostics") or []:
+        out.line(f"! {entry.get('time', '')} {entry.get('message', '')}")
+    return EXIT_OK
+
+
+def cmd_agendas_watch(ctx: Context) -> int:
+    return _watch(ctx, ctx.args.id, interval=ctx.args.interval, max_wait=ctx.args.max_wait)
+
+
+def cmd_agendas_action(ctx: Context) -> int:
+    client = ctx.client()
+    action = {
+        "abort": client.abort_agenda,
+        "pause": client.pause_agenda,
+        "resume": client.resume_agenda,
+    }[ctx.args.action]
+    agenda = action(ctx.args.id) or {}
+    if ctx.out.as_json:
+        ctx.out.json(agenda)
+    else:
+        state = agenda_state(agenda) if agenda else "?"
+        ctx.out.line(f"Agenda {ctx.args.id}: {ctx.args.action} accepted (state {state})")
+    return EXIT_OK
+
+
+def cmd_agendas_rerun(ctx: Context) -> int:
+    args = ctx.args
+    operations = [name.strip() for name in (args.operations or "").split(",") if name.strip()]
+    mode = args.mode or ("operations_to_reset" if operations else "continue")
+    if mode == "operations_to_reset" and not operations:
+        raise UsageError("--mode operations_to_reset needs --operations")
+    agenda = ctx.client().rerun_agenda(
+        args.id,
+        mode=mode,
+        operations=operations or None,
+        skip_execution=True if args.skip_execution else None,
+    )
+    if args.wait:
+        if not ctx.out.as_json:
+            ctx.out.line(f"Rerunning agenda {args.id} ({mode})")
+        return _watch(ctx, args.id, interval=1.0, max_wait=None)
+    if ctx.out.as_json:
+        ctx.out.json(agenda)
+    else:
+        state = agenda_state(agenda) if isinstance(agenda, dict) and agenda else "?"
+        ctx.out.line(f"Agenda {args.id}: rerun ({mode}) accepted (state {state})")
+    return EXIT_OK
+
+
+def cmd_agendas_executions(ctx: Context) -> int:
+    executions = _results(ctx.client().list_executions(ctx.args.id))
+    if ctx.out.as_json:
+        ctx.out.json(executions)
+        return EXIT_OK
+    rows = [
+        [e.get("number"), e.get("worker"), e.get("outcome") or "running", e.get("started_at"),
+         e.get("ended_at")]
+        for e in executions
+    ]  # fmt: skip
+    ctx.out.table(rows, ["#", "worker", "outcome", "started_at", "ended_at"])
+    return EXIT_OK
