@@ -1,9 +1,12 @@
 """The rows the state machine writes as an agenda moves: the ready set and the insight queues
-(read by the fill and the pull) and the callback outbox (delivered by scheduling.callbacks).
+(read by the fill and the pull), the rate limits' token buckets (drawn from as agendas enter
+the queues) and the callback outbox (delivered by scheduling.callbacks).
 
 They live beside the agenda because entering a state writes them in the same transaction;
 their tables keep the names they were created with (`scheduling_*`).
 """
+
+from datetime import datetime, timedelta
 
 from django.db import models
 from django.db.models import Q
@@ -108,3 +111,56 @@ class CallbackDelivery(models.Model):
 
     def __str__(self) -> str:
         return f"{self.event} → {self.url} ({self.status})"
+
+
+class StartBucket(models.Model):
+    """The token bucket of a rate limit ("at most N agendas started per period"), of a customer
+    (over all insights) or of an insight: entering `queued` takes a token. It holds N tokens at
+    most and gains N per period; `tokens` is the level at `refilled_at`. The fill locks the
+    buckets it draws from (docs/design.md §6.1)."""
+
+    customer = models.OneToOneField(
+        "resourcepools.Customer",
+        null=True,
+        blank=True,
+        on_delete=models.CASCADE,
+        related_name="start_bucket",
+    )
+    insight = models.OneToOneField(
+        "resourcepools.Insight",
+        null=True,
+        blank=True,
+        on_delete=models.CASCADE,
+        related_name="start_bucket",
+    )
+    tokens = models.FloatField()
+    refilled_at = models.DateTimeField()
+
+    class Meta:
+        constraints = [
+            models.CheckConstraint(
+                condition=Q(customer__isnull=True, insight__isnull=False)
+                | Q(customer__isnull=False, insight__isnull=True),
+                name="start_bucket_one_owner",
+            )
+        ]
+
+    def __str__(self) -> str:
+        return f"start bucket of {self.customer_id or self.insight_id}"
+
+    def level(self, now: datetime, *, limit: int, period_seconds: int) -> float:
+        """Tokens at `now`: the stored level plus what the elapsed time added, at most `limit`."""
+        elapsed = max(0.0, (now - self.refilled_at).total_seconds())
+        return min(float(limit), self.tokens + elapsed * limit / period_seconds)
+
+    def next_token_at(self, now: datetime, *, limit: int, period_seconds: int) -> datetime:
+        """When a whole token will be there (now, when one is)."""
+        level = self.level(now, limit=limit, period_seconds=period_seconds)
+        if level >= 1:
+            return now
+        return now + timedelta(seconds=(1 - level) * period_seconds / limit)
+
+    def take(self, count: int, now: datetime, *, limit: int, period_seconds: int) -> None:
+        """Refill to `now` and take `count` tokens (the caller checked they are there)."""
+        self.tokens = self.level(now, limit=limit, period_seconds=period_seconds) - count
+        self.refilled_at = now

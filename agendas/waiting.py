@@ -12,7 +12,7 @@ from django.db.models import Q
 from django.utils import timezone
 
 from agendas.models import AgendaProgress, Execution
-from agendas.queue_models import QueuedAgenda, ReadyAgenda
+from agendas.queue_models import QueuedAgenda, ReadyAgenda, StartBucket
 
 S = AgendaProgress.State
 # Counts of agendas ahead stop here ("at least 1000"): the answer must not read a backlog.
@@ -73,8 +73,39 @@ def _insight_at_limit(progress: AgendaProgress) -> WaitingReason | None:
     )
 
 
-def _ready(progress: AgendaProgress) -> WaitingReason:
-    blocked = _customer_at_cap(progress) or _insight_at_limit(progress)
+def _rate_limited(progress: AgendaProgress, now: datetime) -> WaitingReason | None:
+    """The customer's or the insight's rate limit has no whole token until some time."""
+    agenda = progress.agenda
+    for owner, scope, name in (
+        (agenda.customer, "customer", agenda.customer.slug),
+        (agenda.insight, "insight", agenda.insight.name),
+    ):
+        if owner.rate_limit is None:
+            continue
+        bucket = StartBucket.objects.filter(**{scope: owner}).first()
+        if bucket is None:
+            continue
+        limit, period = owner.rate_limit, owner.rate_period_seconds
+        until = bucket.next_token_at(now, limit=limit, period_seconds=period)
+        if until > now:
+            return WaitingReason(
+                "rate_limited",
+                f"The {scope} {name} started its {limit} agendas per {period} s; the next may "
+                f"start at {until.isoformat()}.",
+                {
+                    "scope": scope,
+                    "rate_limit": limit,
+                    "period_seconds": period,
+                    "until": until.isoformat(),
+                },
+            )
+    return None
+
+
+def _ready(progress: AgendaProgress, now: datetime) -> WaitingReason:
+    blocked = (
+        _customer_at_cap(progress) or _insight_at_limit(progress) or _rate_limited(progress, now)
+    )
     if blocked is not None:
         return blocked
     entry = ReadyAgenda.objects.filter(agenda_id=progress.agenda_id).first()
@@ -139,7 +170,7 @@ def waiting_reason(progress: AgendaProgress, *, now: datetime | None = None) -> 
     elif state == S.PENDING:
         reason = _pending(progress, now)
     elif state == S.READY:
-        reason = _ready(progress)
+        reason = _ready(progress, now)
     elif state == S.QUEUED:
         reason = _queued(progress)
     else:

@@ -39,8 +39,9 @@ PHASES = {
     "peers": "bench.peers",
     "fill": "bench.fill_cost",
     "fairness": "bench.fairness",
+    "rate": "bench.rate_limit",
 }
-NEEDS_TEMPLATE = {"engine", "setbased", "e2e", "http", "fill", "fairness"}
+NEEDS_TEMPLATE = {"engine", "setbased", "e2e", "http", "fill", "fairness", "rate"}
 RESULTS = ROOT / "bench" / "RESULTS.md"
 BEGIN, END = "<!-- bench:begin -->", "<!-- bench:end -->"
 

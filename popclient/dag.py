@@ -13,6 +13,8 @@
   fed forward as ``<name>.out``. Every other operation gets its prior progress in
   ``ctx.prior``.
 - ``timeout_seconds`` per operation: the handler is cancelled and the operation fails.
+- With a ``lease`` (:class:`LeaseGate`), no operation starts unless more than a third of the
+  lease is left; otherwise the runner renews it first (outside its lock) and waits.
 - :meth:`DagRunner.request_abort` cancels running handlers (outcome ``aborted``);
   :meth:`DagRunner.request_pause` starts nothing new and lets running operations finish
   (outcome ``paused`` unless everything finished anyway).
@@ -28,23 +30,21 @@ import logging
 import queue
 import threading
 import time
-import traceback
 from collections.abc import Callable, Mapping
-from dataclasses import dataclass
 from typing import Any
 
 from agenda_language.dependencies import waits_for
 from agenda_language.progress import percent_rollup
 from agenda_language.references import AGENDA_ID, OPERATION_NAME, output_name, resolve
 from popclient.handlers import (
-    Cancelled,
     HandlerError,
     HandlerRegistry,
     OperationContext,
-    PermanentError,
 )
+from popclient.lease import LeaseGate
 from popclient.operation_state import (
     ABORTED,
+    DEADLOCK_MESSAGE,
     EXECUTING,
     FAILED,
     MAX_MESSAGE,
@@ -53,8 +53,10 @@ from popclient.operation_state import (
     WAITING,
     DagResult,
     OperationState,
+    RunningOperation,
     clip,
     diagnostic,
+    handler_outcome,
     now_iso,
 )
 
@@ -77,19 +79,6 @@ __all__ = [
 
 log = logging.getLogger(__name__)
 
-DEADLOCK_MESSAGE = (
-    "Agenda operation deadlock has occurred. There are pending operations "
-    "(likely with dependencies) but none are ready."
-)
-
-
-@dataclass
-class _Running:
-    run_id: int
-    ctx: OperationContext
-    deadline: float | None
-    thread: threading.Thread
-
 
 class DagRunner:
     """Executes one agenda. Create, then call :meth:`run` (blocking) from any thread."""
@@ -104,6 +93,7 @@ class DagRunner:
         on_change: Callable[[bool], None] | None = None,
         on_add_operations: Callable[[list[dict[str, Any]]], None] | None = None,
         abort_grace_seconds: float = 5.0,
+        lease: LeaseGate | None = None,
     ) -> None:
         self.agenda_id = str(agenda.get("id") or "")
         self.registry = registry
@@ -111,6 +101,8 @@ class DagRunner:
         self.abort_grace_seconds = abort_grace_seconds
         self._on_change = on_change
         self._on_add_operations = on_add_operations
+        self._lease = lease
+        self._held = False  # an operation could start but the lease is short: wait
         self._lock = threading.RLock()
         self._events: queue.Queue[tuple[str, int, str, Any]] = queue.Queue()
         self._operations: dict[str, OperationState] = {}
@@ -118,7 +110,7 @@ class DagRunner:
         self._by_lower: dict[str, str] = {}
         self._definitions: dict[str, dict[str, Any]] = {}
         self._context: dict[str, Any] = {AGENDA_ID: self.agenda_id}
-        self._running: dict[str, _Running] = {}
+        self._running: dict[str, RunningOperation] = {}
         self._diagnostics: list[dict[str, Any]] = []
         self._failure_message: str | None = None
         self._stop_outcome: str | None = None  # set by cancel(): aborted / failed
@@ -305,6 +297,8 @@ class DagRunner:
                 return self._result(FAILED, self._setup_errors[0], retryable=False)
         while True:
             self._drain_events()
+            if self._lease is not None and not self._lease.fresh() and self._startable():
+                self._lease.renew()  # may block on the network: never under the lock
             with self._lock:
                 outcome, changed = self._step()
             if outcome is not None or changed:
@@ -318,7 +312,7 @@ class DagRunner:
             deadlines = [r.deadline for r in self._running.values() if r.deadline is not None]
             if self._stop_deadline is not None and self._running:
                 deadlines.append(self._stop_deadline)
-        timeout = 1.0
+        timeout = 0.2 if self._held else 1.0
         if deadlines:
             timeout = max(0.0, min(min(deadlines) - time.monotonic(), timeout))
         try:
@@ -354,12 +348,15 @@ class DagRunner:
             if not self._running:
                 return self._result(self._stop_outcome, self._stop_message), changed
             return None, changed
+        self._held = False
         if self._failure_message is None and not self._pause:
             changed = self._start_ready() or changed
         if self._running:
             return None, changed
         if self._failure_message is not None:
             return self._result(FAILED, self._failure_message), changed
+        if self._held:
+            return None, changed  # waiting for the lease to be renewed (or to lapse)
         pending = [op for op in self._operations.values() if op.state == WAITING]
         if not pending:
             return self._result(SUCCEEDED, SUCCEEDED), changed
@@ -379,6 +376,20 @@ class DagRunner:
             return None
         return self._operations[actual].state
 
+    def _startable(self) -> bool:
+        with self._lock:
+            return (
+                self._stop_outcome is None
+                and self._failure_message is None
+                and not self._pause
+                and len(self._running) < self.max_parallel
+                and any(
+                    op.state == WAITING
+                    and all(self._dependency_state(d) == SUCCEEDED for d in op.depends_on)
+                    for op in self._operations.values()
+                )
+            )
+
     def _start_ready(self) -> bool:
         started = False
         for name in self._order:
@@ -389,6 +400,9 @@ class DagRunner:
                 continue
             if any(self._dependency_state(d) != SUCCEEDED for d in op.depends_on):
                 continue
+            if self._lease is not None and not self._lease.fresh():
+                self._held = True  # renewed outside the lock before the next step
+                break
             self._launch(op)
             started = True
             if self._failure_message is not None:
@@ -468,31 +482,15 @@ class DagRunner:
             name=f"pop-op-{name}",
             daemon=True,
         )
-        self._running[name] = _Running(run_id=run_id, ctx=ctx, deadline=deadline, thread=thread)
+        self._running[name] = RunningOperation(
+            run_id=run_id, ctx=ctx, deadline=deadline, thread=thread
+        )
         thread.start()
 
     def _execute(
         self, name: str, run_id: int, handler: Any, payload: Any, ctx: OperationContext
     ) -> None:
-        try:
-            result = handler(payload, ctx)
-        except Cancelled as exc:
-            outcome: tuple[str, Any] = ("cancelled", str(exc))
-        except HandlerError as exc:
-            kind = "permanent" if isinstance(exc, PermanentError) else "error"
-            outcome = (kind, diagnostic(exc.message, code=exc.code, detail=exc.detail))
-        except Exception as exc:  # the handler's own bug fails only its operation
-            outcome = (
-                "error",
-                diagnostic(
-                    f"Failed to execute operation: {name}: {exc.__class__.__name__}: {exc}",
-                    code="exception",
-                    detail=traceback.format_exc(limit=20),
-                ),
-            )
-        else:
-            outcome = ("cancelled", "cancelled") if ctx.cancelled.is_set() else ("ok", result)
-        self._events.put(("done", run_id, name, outcome))
+        self._events.put(("done", run_id, name, handler_outcome(handler, name, payload, ctx)))
 
     def _progress(
         self,

@@ -1,11 +1,16 @@
 """The state of a running agenda's operations: the state names, ``OperationState`` (one
-operation, shaped like a report item), ``DagResult`` (a run's outcome) and diagnostics."""
+operation, shaped like a report item), ``DagResult`` (a run's outcome), diagnostics, and how a
+handler call ended (``handler_outcome``)."""
 
 from __future__ import annotations
 
+import threading
+import traceback
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
 from typing import Any
+
+from popclient.handlers import Cancelled, HandlerError, OperationContext, PermanentError
 
 WAITING = "waiting"
 EXECUTING = "executing"
@@ -89,3 +94,43 @@ class DagResult:
     def results(self) -> dict[str, Any]:
         """``{name: result}`` of every succeeded operation."""
         return {name: op.result for name, op in self.operations.items() if op.state == SUCCEEDED}
+
+
+DEADLOCK_MESSAGE = (
+    "Agenda operation deadlock has occurred. There are pending operations "
+    "(likely with dependencies) but none are ready."
+)
+
+
+@dataclass
+class RunningOperation:
+    """A handler running in its thread: which run of the operation, its context, its end."""
+
+    run_id: int
+    ctx: OperationContext
+    deadline: float | None
+    thread: threading.Thread
+
+
+def handler_outcome(
+    handler: Any, name: str, payload: Any, ctx: OperationContext
+) -> tuple[str, Any]:
+    """Call a handler; return how it ended: ``ok`` (its result), ``cancelled``, ``error`` or
+    ``permanent`` (a diagnostic: :class:`PermanentError` says retrying cannot help)."""
+    try:
+        result = handler(payload, ctx)
+    except Cancelled as exc:
+        return ("cancelled", str(exc))
+    except HandlerError as exc:
+        kind = "permanent" if isinstance(exc, PermanentError) else "error"
+        return (kind, diagnostic(exc.message, code=exc.code, detail=exc.detail))
+    except Exception as exc:  # the handler's own bug fails only its operation
+        return (
+            "error",
+            diagnostic(
+                f"Failed to execute operation: {name}: {exc.__class__.__name__}: {exc}",
+                code="exception",
+                detail=traceback.format_exc(limit=20),
+            ),
+        )
+    return ("cancelled", "cancelled") if ctx.cancelled.is_set() else ("ok", result)

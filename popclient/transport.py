@@ -110,6 +110,26 @@ def error_from_response(response: httpx.Response) -> PopError:
     return PopError(message, **common)
 
 
+def error_from_batch_item(item: Mapping[str, Any]) -> PopError | None:
+    """The error one item of a batch answer stands for (its `status`), None when it is ok."""
+    status = item.get("status") or item.get("status_code")
+    ok = item.get("ok")
+    if ok is None:
+        ok = status is None or 200 <= int(status) < 300
+    if ok:
+        return None
+    message = str(item.get("error") or item.get("detail") or item.get("errors") or item)
+    if status == 409 or item.get("code") == "conflict":
+        return Conflict(message, status_code=409, body=item)
+    if status == 404:
+        return NotFound(message, status_code=404, body=item)
+    if status == 403:
+        return Forbidden(message, status_code=403, body=item)
+    if status == 400:
+        return ValidationFailed(message, errors=item.get("errors") or {}, status_code=400)
+    return PopError(message, status_code=int(status) if status else None, body=item)
+
+
 def without_none(fields: Mapping[str, Any]) -> dict[str, Any]:
     """``fields`` without the keys whose value is ``None``."""
     return {key: value for key, value in fields.items() if value is not None}

@@ -5,10 +5,10 @@ One :class:`Worker` pulls from one insight, runs up to ``concurrency`` agendas a
 (each in its own :class:`~popclient.dag.DagRunner`), and reports through one reporter
 thread:
 
-- a report for an execution at least every ``lease_seconds / 3`` (the lease is read from
-  ``execution.lease_expires_at`` minus now, and refreshed from each report answer), at
-  once on every operation state change, and progress-only changes within
-  ``progress_interval`` seconds;
+- a report for an execution at least every ``lease_seconds / 3``, at once on every
+  operation state change, and progress-only changes within ``progress_interval`` seconds;
+- the lease is timed on this machine's clock (popclient/lease.py): no operation starts on
+  less than a third of it, and a lease that lapses unrenewed cancels the agenda's handlers;
 - ``abort``/``pause`` flags in an answer abort or pause that agenda's runner;
 - a 409 (or 404, or 403 for a refused lease) answer means the execution is no longer ours:
   the runner is cancelled and nothing more is reported for it;
@@ -37,7 +37,6 @@ import threading
 import time
 from collections.abc import Mapping
 from dataclasses import dataclass
-from datetime import UTC, datetime
 from typing import Any
 
 from popclient.client import PopClient
@@ -51,6 +50,8 @@ from popclient.errors import (
     ValidationFailed,
 )
 from popclient.handlers import HandlerRegistry, default_registry
+from popclient.lease import LeaseClock, seconds_until
+from popclient.transport import error_from_batch_item
 
 log = logging.getLogger(__name__)
 
@@ -71,37 +72,19 @@ def default_worker_name() -> str:
     return f"{socket.gethostname()}-{os.getpid()}"
 
 
-def parse_time(value: Any) -> datetime | None:
-    if not isinstance(value, str) or not value:
-        return None
-    try:
-        parsed = datetime.fromisoformat(value.replace("Z", "+00:00"))
-    except ValueError:
-        return None
-    if parsed.tzinfo is None:
-        parsed = parsed.replace(tzinfo=UTC)
-    return parsed
-
-
-def seconds_until(value: Any) -> float | None:
-    expires = parse_time(value)
-    if expires is None:
-        return None
-    return (expires - datetime.now(UTC)).total_seconds()
-
-
 @dataclass
 class _Report:
     run: AgendaRun
     body: dict[str, Any]
     versions: dict[str, int]
     final: bool
+    sent_at: float = 0.0
 
 
 class AgendaRun:
     """One pulled agenda: its runner thread, lease and reporting bookkeeping."""
 
-    def __init__(self, worker: Worker, item: Mapping[str, Any]) -> None:
+    def __init__(self, worker: Worker, item: Mapping[str, Any], *, sent_at: float) -> None:
         self.worker = worker
         self.agenda: dict[str, Any] = dict(item.get("agenda") or {})
         execution = item.get("execution") or {}
@@ -109,12 +92,20 @@ class AgendaRun:
         self.lease_token = str(execution.get("lease_token"))
         self.agenda_id = str(self.agenda.get("id") or "")
         self.cid = self.agenda.get("cid") or None
+        # Timed from when the pull was sent (popclient/lease.py). A server that does not send
+        # `lease_seconds` gives only the end: what is left of it now (none once it passed).
         lease = _number(execution.get("lease_seconds"))
-        if lease is None or lease <= 0:
-            lease = seconds_until(execution.get("lease_expires_at"))
-        if lease is None or lease <= 0:
-            lease = worker.default_lease_seconds
-        self.lease_seconds = max(1.0, lease)
+        if lease is not None and lease > 0:
+            self.lease = LeaseClock(lease, holds_until=sent_at + lease)
+        else:
+            left = seconds_until(execution.get("lease_expires_at"))
+            if left is None and not execution.get("lease_expires_at"):
+                left = worker.default_lease_seconds
+            self.lease = LeaseClock(
+                left or worker.default_lease_seconds,
+                holds_until=time.monotonic() + max(0.0, left or 0.0),
+            )
+        self.lease_seconds = self.lease.seconds
         self.interval = worker.report_interval(self.lease_seconds)
         self.started = time.monotonic()
         self.last_report = 0.0  # monotonic time of the last report attempt (0: none yet)
@@ -137,6 +128,7 @@ class AgendaRun:
             on_change=self._changed,
             on_add_operations=self._add_operations,
             abort_grace_seconds=worker.abort_grace_seconds,
+            lease=self,
         )
         self.thread = threading.Thread(
             target=self._run, name=f"pop-agenda-{self.agenda_id[:8]}", daemon=True
@@ -149,6 +141,32 @@ class AgendaRun:
             else:
                 self.dirty = True
             self.worker._cond.notify_all()
+
+    # -- the lease (popclient.lease.LeaseGate) ----------------------------------------------
+
+    def fresh(self) -> bool:
+        return self.lease.fresh()
+
+    def renew(self) -> None:
+        """A heartbeat now, before starting an operation on a short lease."""
+        if self.lease.lost or self.lease.left() <= 0:
+            return
+        sent_at = time.monotonic()
+        try:
+            answer = self.worker.client.report(self.execution_id, self.lease_token, cid=self.cid)
+        except (Conflict, NotFound, Forbidden) as exc:
+            self.worker.lose(self, f"renewal refused: {exc}")
+            return
+        except PopError as exc:
+            log.warning("agenda %s: lease renewal failed (%s)", self.agenda_id, exc)
+            return
+        answer = answer if isinstance(answer, Mapping) else {}
+        if answer.get("lease_expires_at"):
+            self.lease.renewed(sent_at)
+        if answer.get("abort"):
+            self.runner.request_abort("aborted on request")
+        elif answer.get("pause"):
+            self.runner.request_pause()
 
     def _add_operations(self, operations: list[dict[str, Any]]) -> None:
         self.worker.client.add_operations(
@@ -209,7 +227,7 @@ class AgendaRun:
         self.dirty = False
         self.in_flight = True
         self.last_report = time.monotonic()
-        return _Report(self, body, versions, result is not None)
+        return _Report(self, body, versions, result is not None, sent_at=self.last_report)
 
 
 class Worker:
@@ -349,7 +367,7 @@ class Worker:
                     continue
                 failures = 0
                 for item in items:
-                    self._start(item)
+                    self._start(item, sent_at=pull_started)
                 if items:
                     idle_since = time.monotonic()
                 elif (
@@ -375,8 +393,8 @@ class Worker:
                 free = self.concurrency - len(self._runs)
             return free
 
-    def _start(self, item: Mapping[str, Any]) -> None:
-        run = AgendaRun(self, item)
+    def _start(self, item: Mapping[str, Any], *, sent_at: float) -> None:
+        run = AgendaRun(self, item, sent_at=sent_at)
         with self._cond:
             self._runs[run.execution_id] = run
             self.pulled += 1
@@ -418,8 +436,28 @@ class Worker:
 
     # -- reporting ----------------------------------------------------------------------
 
+    def lose(self, run: AgendaRun, reason: str) -> None:
+        """The execution is no longer ours (refused, or its lease lapsed): cancel its running
+        handlers, start nothing more, report nothing more (the server reclaims it)."""
+        log.warning("agenda %s: execution %s lost (%s)", run.agenda_id, run.execution_id, reason)
+        run.lease.lost = True
+        run.runner.cancel(outcome=FAILED, message=f"execution lost: {reason}")
+        with self._cond:
+            self._finish(run, "dropped")
+            self._cond.notify_all()
+
     def _report_loop(self) -> None:
         while True:
+            with self._cond:
+                if self._reporter_stop:
+                    return
+                lapsed = [
+                    run
+                    for run in self._runs.values()
+                    if run.result is None and not run.done and run.lease.left() <= 0
+                ]
+            for run in lapsed:  # outside the lock: cancelling takes the runner's lock
+                self.lose(run, "its lease lapsed before a renewal was answered")
             with self._cond:
                 if self._reporter_stop:
                     return
@@ -479,26 +517,8 @@ class Worker:
             if not isinstance(item, Mapping):
                 self._handle(report, None, PopError("batch report: no result for this item"))
                 continue
-            status = item.get("status") or item.get("status_code")
-            ok = item.get("ok")
-            if ok is None:
-                ok = status is None or 200 <= int(status) < 300
-            if ok:
-                self._handle(report, item, None)
-                continue
-            message = str(item.get("error") or item.get("detail") or item.get("errors") or item)
-            error: PopError
-            if status == 409 or item.get("code") == "conflict":
-                error = Conflict(message, status_code=409, body=item)
-            elif status == 404:
-                error = NotFound(message, status_code=404, body=item)
-            elif status == 403:
-                error = Forbidden(message, status_code=403, body=item)
-            elif status == 400:
-                error = ValidationFailed(message, errors=item.get("errors") or {}, status_code=400)
-            else:
-                error = PopError(message, status_code=int(status) if status else None, body=item)
-            self._handle(report, None, error)
+            error = error_from_batch_item(item)
+            self._handle(report, None if error else item, error)
 
     def _handle(
         self, report: _Report, answer: Mapping[str, Any] | None, error: PopError | None
@@ -513,10 +533,8 @@ class Worker:
                 run.retry_at = 0.0
                 run.last_success = time.monotonic()
                 answer = answer or {}
-                lease = seconds_until(answer.get("lease_expires_at"))
-                if lease is not None and lease > 0:
-                    run.lease_seconds = max(1.0, lease)
-                    run.interval = self.report_interval(run.lease_seconds)
+                if answer.get("lease_expires_at"):
+                    run.lease.renewed(report.sent_at)
                 abort = bool(answer.get("abort"))
                 pause = bool(answer.get("pause"))
                 if report.final:

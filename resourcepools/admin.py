@@ -11,7 +11,15 @@ class MembershipInline(admin.TabularInline):
 
 @admin.register(Customer)
 class CustomerAdmin(admin.ModelAdmin):
-    list_display = ["name", "slug", "is_active", "resource_pool", "weight", "max_executing"]
+    list_display = [
+        "name",
+        "slug",
+        "is_active",
+        "resource_pool",
+        "weight",
+        "max_executing",
+        "rate_limit",
+    ]
     list_filter = ["is_active", "resource_pool"]
     search_fields = ["name", "slug", "link_id"]
     prepopulated_fields = {"slug": ["name"]}
@@ -39,6 +47,8 @@ class InsightInline(admin.StackedInline):
         "lease_seconds",
         "max_execution_seconds",
         "execution_limit",
+        "rate_limit",
+        "rate_period_seconds",
     ]
 
 
@@ -60,6 +70,7 @@ class InsightAdmin(admin.ModelAdmin):
         "order",
         "is_global",
         "execution_limit",
+        "rate_limit",
     ]
     list_filter = ["resource_pool", "scheduling_algorithm", "is_global"]
     search_fields = ["name", "resource_pool__name", "link_id"]

@@ -24,6 +24,16 @@ class Customer(OwnedModel):
     max_executing = models.PositiveIntegerField(
         null=True, blank=True, help_text="Cap on queued + executing agendas; empty = no cap."
     )
+    rate_limit = models.PositiveIntegerField(
+        null=True,
+        blank=True,
+        validators=[MinValueValidator(1)],
+        help_text="At most this many agendas started (queued by a fill) per rate period, on "
+        "all insights together; empty = no limit.",
+    )
+    rate_period_seconds = models.PositiveIntegerField(
+        default=60, validators=[MinValueValidator(1)], help_text="The rate limit's period."
+    )
     callback_url = models.URLField(max_length=1000, blank=True, default="")
     callback_secret = models.CharField(max_length=200, blank=True, default="")
     data_ttl_days = models.PositiveIntegerField(default=30, validators=[MinValueValidator(1)])
@@ -115,6 +125,15 @@ class Insight(OwnedModel):
     )
     execution_limit = models.PositiveIntegerField(
         null=True, blank=True, help_text="Max agendas executing at once; empty = none."
+    )
+    rate_limit = models.PositiveIntegerField(
+        null=True,
+        blank=True,
+        validators=[MinValueValidator(1)],
+        help_text="At most this many agendas started (queued) per rate period; empty = none.",
+    )
+    rate_period_seconds = models.PositiveIntegerField(
+        default=60, validators=[MinValueValidator(1)], help_text="The rate limit's period."
     )
 
     class Meta:

@@ -15,7 +15,7 @@ from django.utils import timezone
 from agendas import states
 from agendas.models import Execution
 from resourcepools.models import Customer, Insight
-from scheduling import fairness, metrics
+from scheduling import fairness, metrics, rate_limits
 from scheduling.locks import customer_cap_locks, database_is_postgresql, insight_fill_try_lock
 from scheduling.models import InsightScheduleInfo, QueuedAgenda, ReadyAgenda
 
@@ -64,6 +64,10 @@ def insight_fill(*, insight_id: object, now: datetime | None = None) -> FillResu
             return FillResult(insight_id=insight_id)  # deleted since the nudge
         info, _ = InsightScheduleInfo.objects.select_for_update().get_or_create(insight=insight)
         room = _fill_room(insight)
+        insight_bucket, insight_tokens = rate_limits.insight_tokens(insight, now=now)
+        if insight_tokens < room:
+            room = insight_tokens
+            metrics.RATE_LIMITED.labels("insight").inc()
         if room <= 0:
             return FillResult(insight_id=insight_id, room=max(room, 0))
         customer_ids = _customers_with_ready_work(insight.pk)
@@ -78,8 +82,16 @@ def insight_fill(*, insight_id: object, now: datetime | None = None) -> FillResu
         allowance = _cap_allowance(
             {pk: cap for pk, (_, cap) in customers.items() if cap is not None}
         )
-        # What each customer may take now: the room, less for one near its max_executing cap.
-        takes = {pk: max(0, min(room, allowance.get(pk, room))) for pk in customer_ids}
+        limits = rate_limits.customer_limits(customer_ids)
+        tokens = rate_limits.customer_tokens(limits, now=now)
+        # What each customer may take now: the room, less for one near its max_executing cap
+        # or short of rate-limit tokens.
+        takes = {
+            pk: max(0, min(room, allowance.get(pk, room), tokens.get(pk, room)))
+            for pk in customer_ids
+        }
+        if any(tokens[pk] < min(room, allowance.get(pk, room)) for pk in tokens):
+            metrics.RATE_LIMITED.labels("customer").inc()
         # Read about room/customers rows each. While the picker takes every row read of some
         # customer that has more, its choice may be wrong (fifo: that customer's next row may
         # be older than a pick; weighted: it may deserve more): re-read just those customers
@@ -105,10 +117,19 @@ def insight_fill(*, insight_id: object, now: datetime | None = None) -> FillResu
         picks = _within_caps(
             picks, {pk: cap for pk, (_, cap) in customers.items() if cap is not None}
         )
+        picks, buckets = rate_limits.within_customer_limits(picks, limits, now=now)
         moved = states.progress_queue_many(
             insight_id=insight.pk,
             entries=[(pick.agenda_id, pick.customer_id) for pick in picks],
             first_position=info.next_position,
+            now=now,
+        )
+        moved_set = set(moved)
+        rate_limits.insight_take(insight, insight_bucket, len(moved), now=now)
+        rate_limits.customers_take(
+            buckets,
+            limits,
+            _count_by_customer([pick for pick in picks if pick.agenda_id in moved_set]),
             now=now,
         )
         info.next_position += len(moved)

@@ -32,6 +32,12 @@ FILLS = Counter("pop_fills_total", "Fill runs that moved agendas into a queue.",
 FILLED_AGENDAS = Counter(
     "pop_filled_agendas_total", "Agendas moved from ready to queued.", ["insight"]
 )
+RATE_LIMITED = Counter(
+    "pop_fill_rate_limited_total",
+    "Fills in which a rate limit (of the insight, or of a customer with ready work) held back "
+    "agendas that could otherwise have been queued.",
+    ["scope"],
+)
 PULLS = Counter("pop_pulls_total", "Pull requests answered.", ["insight"])
 PULLED_AGENDAS = Counter("pop_pulled_agendas_total", "Agendas leased to pullers.", ["insight"])
 PULL_LATENCY = Histogram(

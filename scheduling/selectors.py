@@ -10,6 +10,7 @@ from django.db.models.functions import Coalesce
 from django.utils import timezone
 
 from agendas.models import Execution
+from agendas.queue_models import StartBucket
 from resourcepools.models import Customer, Insight, Membership, ResourcePool
 from resourcepools.selectors import (
     Principal,
@@ -60,6 +61,7 @@ class InsightQueue:
     queued: int = 0
     executing: int = 0
     oldest_ready_age_seconds: float | None = None
+    rate_tokens: float | None = None  # the insight's rate-limit tokens now; None: no limit
     customers: list[CustomerQueue] = field(default_factory=list)
 
 
@@ -107,6 +109,16 @@ def queue_stats(*, principal: Principal, insights: list[Insight]) -> list[Insigh
     own = set() if staff else set(membership_roles(principal))
     now = timezone.now()
     stats = {insight.pk: InsightQueue(insight=insight) for insight in insights}
+    limited = {insight.pk: insight for insight in insights if insight.rate_limit is not None}
+    for bucket in StartBucket.objects.filter(insight_id__in=list(limited)):
+        insight = limited[bucket.insight_id]
+        stats[insight.pk].rate_tokens = round(
+            bucket.level(now, limit=insight.rate_limit, period_seconds=insight.rate_period_seconds),
+            2,
+        )
+    for insight in limited.values():
+        if stats[insight.pk].rate_tokens is None:
+            stats[insight.pk].rate_tokens = float(insight.rate_limit)
     for (insight_id, customer_id), item in sorted(
         by_key.items(), key=lambda pair: slugs.get(pair[0][1], "")
     ):

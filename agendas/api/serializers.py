@@ -247,6 +247,7 @@ class WaitingReasonSerializer(serializers.Serializer):
             "promotion_due",
             "customer_at_max_executing",
             "insight_at_execution_limit",
+            "rate_limited",
             "ready",
             "queued",
             "moving",

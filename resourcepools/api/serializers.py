@@ -51,13 +51,21 @@ class CustomerSerializer(serializers.ModelSerializer):
             "resource_pool",
             "weight",
             "max_executing",
+            "rate_limit",
+            "rate_period_seconds",
             "callback_url",
             "callback_secret",
             "has_callback_secret",
             "data_ttl_days",
         ]
         read_only_fields = OWNED_READ_ONLY
-        extra_kwargs = {"slug": {"validators": []}, "weight": {"min_value": 1}}
+        extra_kwargs = {
+            "slug": {"validators": []},
+            "weight": {"min_value": 1},
+            "max_executing": {"max_value": 1_000_000},
+            "rate_limit": {"min_value": 1, "max_value": 1_000_000},
+            "rate_period_seconds": {"min_value": 1, "max_value": 7 * 86_400},
+        }
 
     def get_has_callback_secret(self, customer: Customer) -> bool:
         return bool(customer.callback_secret)
@@ -211,6 +219,8 @@ class InsightSerializer(serializers.ModelSerializer):
             "lease_seconds",
             "max_execution_seconds",
             "execution_limit",
+            "rate_limit",
+            "rate_period_seconds",
         ]
         read_only_fields = OWNED_READ_ONLY
         validators: list = []  # (pool, name) uniqueness is the service's (IntegrityError)
@@ -219,6 +229,8 @@ class InsightSerializer(serializers.ModelSerializer):
             "lease_seconds": {"min_value": 1, "max_value": 86_400},
             "max_execution_seconds": {"min_value": 1, "max_value": 7 * 86_400},
             "execution_limit": {"min_value": 1, "max_value": 1_000_000},
+            "rate_limit": {"min_value": 1, "max_value": 1_000_000},
+            "rate_period_seconds": {"min_value": 1, "max_value": 7 * 86_400},
             "order": {"min_value": -1_000_000, "max_value": 1_000_000},
             "is_global": {
                 "help_text": "Offered to every customer of the pool and listed to all "

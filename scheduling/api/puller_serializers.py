@@ -152,11 +152,24 @@ class PulledAgendaBodySerializer(serializers.ModelSerializer):
         }
 
 
+def lease_seconds(execution: Execution) -> int:
+    """How long the lease given with the pull lasts: a worker times it on its own clock from
+    when it sent the pull, whatever the two clocks say (popclient/worker.py)."""
+    return round((execution.lease_expires_at - execution.started_at).total_seconds())
+
+
 class LeaseSerializer(serializers.ModelSerializer):
+    lease_seconds = serializers.SerializerMethodField(
+        help_text="The lease's length; each report renews it for as long."
+    )
+
     class Meta:
         model = Execution
-        fields = ["id", "lease_token", "lease_expires_at", "number"]
+        fields = ["id", "lease_token", "lease_expires_at", "lease_seconds", "number"]
         read_only_fields = fields
+
+    def get_lease_seconds(self, execution: Execution) -> int:
+        return lease_seconds(execution)
 
 
 class PulledItemSerializer(serializers.Serializer):
@@ -223,6 +236,7 @@ def _pulled_item(item: PulledAgenda) -> dict:
             "id": str(execution.pk),
             "lease_token": str(execution.lease_token),
             "lease_expires_at": _DATETIME.to_representation(execution.lease_expires_at),
+            "lease_seconds": lease_seconds(execution),
             "number": execution.number,
         },
     }

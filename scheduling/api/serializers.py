@@ -100,6 +100,12 @@ class QueueSerializer(serializers.Serializer):
     scheduling_algorithm = serializers.CharField(source="insight.scheduling_algorithm")
     queue_size = serializers.IntegerField(source="insight.queue_size")
     execution_limit = serializers.IntegerField(source="insight.execution_limit", allow_null=True)
+    rate_limit = serializers.IntegerField(source="insight.rate_limit", allow_null=True)
+    rate_period_seconds = serializers.IntegerField(source="insight.rate_period_seconds")
+    rate_tokens = serializers.FloatField(
+        allow_null=True,
+        help_text="Agendas the insight's rate limit lets start now (tokens); null: no limit.",
+    )
     ready = serializers.IntegerField(help_text="Eligible agendas not yet queued.")
     queued = serializers.IntegerField(help_text="Agendas in the queue, ready to pull.")
     executing = serializers.IntegerField(help_text="Open executions.")

@@ -530,3 +530,53 @@ def test_an_unknown_operation_type_is_not_retryable():
     result = run([op("a", "no-such-type")])
 
     assert (result.state, result.retryable) == ("failed", False)
+
+
+class _Gate:
+    """A lease that is short until renewed (`renewals` answers), or lost."""
+
+    def __init__(self, *, renews: bool):
+        self.renews = renews
+        self.is_fresh = False
+        self.renewals = 0
+        self.runner = None
+
+    def fresh(self):
+        return self.is_fresh
+
+    def renew(self):
+        self.renewals += 1
+        if self.renews:
+            self.is_fresh = True
+        else:
+            self.runner.cancel(message="execution lost: renewal refused")
+
+
+def test_no_operation_starts_on_a_short_lease_until_it_is_renewed():
+    gate = _Gate(renews=True)
+    runner = DagRunner(
+        {"id": "agenda-1", "operations": [op("a")]}, registry=default_registry(), lease=gate
+    )
+
+    result = runner.run()
+
+    assert result.state == "succeeded"
+    assert gate.renewals == 1
+
+
+def test_a_lost_lease_starts_nothing_and_ends_the_run():
+    gate = _Gate(renews=False)
+    runner = DagRunner(
+        {"id": "agenda-1", "operations": [op("a"), op("b", depends_on=["a"])]},
+        registry=default_registry(),
+        lease=gate,
+    )
+    gate.runner = runner
+
+    result = runner.run()
+
+    assert result.state == "aborted"
+    assert {name: state.state for name, state in result.operations.items()} == {
+        "a": "waiting",
+        "b": "waiting",
+    }

@@ -15,8 +15,8 @@ from datetime import UTC, datetime, timedelta
 import httpx
 
 from popclient.client import PopClient
-from popclient.handlers import default_registry
-from popclient.worker import Worker
+from popclient.handlers import Cancelled, default_registry
+from popclient.worker import AgendaRun, Worker
 
 INSIGHT_ID = "6f1c1c2e-0000-4000-8000-000000000001"
 
@@ -561,3 +561,79 @@ def test_sigterm_lets_short_work_finish():
         server.shutdown()
 
     assert fake.final(agenda_id)["state"] == "succeeded"
+
+
+class _Calls:
+    def __init__(self):
+        self.names = []
+        self.cancelled = []
+
+    def registry(self):
+        registry = default_registry()
+
+        def nap(payload, ctx):
+            self.names.append(ctx.operation_name)
+            started = time.monotonic()
+            if ctx.sleep(payload.get("seconds", 0)):
+                self.cancelled.append((ctx.operation_name, time.monotonic() - started))
+                raise Cancelled("stopped")
+            return {}
+
+        registry.register("nap", nap)
+        return registry
+
+
+def test_a_pull_answer_whose_lease_already_ended_starts_nothing():
+    fake = FakePop(lease_seconds=-5)
+    agenda_id = fake.submit([{"name": "a", "type": "nap", "payload": {}}])
+    calls = _Calls()
+    worker = make_worker(fake, max_agendas=1, registry=calls.registry())
+
+    assert worker.run() == 0
+
+    assert calls.names == []
+    assert worker.outcomes == {agenda_id: "dropped"}
+
+
+def test_a_lease_that_cannot_be_renewed_cancels_the_running_handler_and_starts_nothing_after():
+    fake = FakePop(lease_seconds=1.2)
+    fake.fail_reports = 10_000  # the server never answers a renewal
+    agenda_id = fake.submit(
+        [
+            {"name": "a", "type": "nap", "payload": {"seconds": 30}},
+            {"name": "b", "type": "nap", "payload": {}, "depends_on": ["a"]},
+        ]
+    )
+    calls = _Calls()
+    worker = make_worker(fake, max_agendas=1, registry=calls.registry())
+    started = time.monotonic()
+
+    assert worker.run() == 0
+
+    assert calls.names == ["a"]
+    ((name, ran),) = calls.cancelled
+    assert name == "a" and ran < 2.0  # stopped when the 1.2 s lease lapsed, not after 30 s
+    assert time.monotonic() - started < 10
+    assert worker.outcomes == {agenda_id: "dropped"}
+
+
+def test_the_lease_is_timed_from_when_the_pull_was_sent_whatever_the_servers_clock():
+    fake = FakePop(lease_seconds=3600)  # a server clock an hour ahead would say this
+    run = make_worker(fake)
+    sent = time.monotonic() - 2.5
+    agenda = AgendaRun(
+        run,
+        {
+            "agenda": {"id": "x", "operations": [{"name": "a", "type": "echo"}]},
+            "execution": {
+                "id": "e",
+                "lease_token": "t",
+                "lease_expires_at": fake.lease(),
+                "lease_seconds": 3,
+            },
+        },
+        sent_at=sent,
+    )
+
+    assert 0 < agenda.lease.left() <= 0.5
+    assert not agenda.fresh()

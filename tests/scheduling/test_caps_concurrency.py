@@ -56,3 +56,38 @@ def test_three_fills_at_once_never_admit_more_than_max_executing(pool, make_prin
         assert admitted >= 1, "the fills admitted nothing at all"
 
     assert over == []
+
+
+def test_three_fills_at_once_never_start_more_than_a_customers_rate_limit(pool, make_principal):
+    insights = [
+        InsightFactory(
+            resource_pool=pool, name=kind, queue_size=1000, mappers={"operation_type": [kind]}
+        )
+        for kind in TYPES
+    ]
+    over = []
+    for trial in range(TRIALS):
+        customer = CustomerFactory(
+            slug=f"limited-{trial}", resource_pool=pool, rate_limit=CAP, rate_period_seconds=3600
+        )
+        principal = make_principal(customer)
+        agendas_submit_many(
+            principal=principal.user,
+            items=[
+                {"customer": customer, "operations": [{"name": "op", "type": kind, "payload": {}}]}
+                for kind in TYPES
+                for _ in range(CAP)
+            ],
+        )
+        fillers = iter(insights)
+
+        def fill_one(fillers=fillers):
+            return fill_service.insight_fill(insight_id=next(fillers).pk)
+
+        results = all_at_once(len(insights), fill_one)
+        started = QueuedAgenda.objects.filter(customer=customer).count()
+        if started > CAP:
+            over.append((trial, started, [result.moved for result in results]))
+        assert started >= 1, "the fills started nothing at all"
+
+    assert over == []

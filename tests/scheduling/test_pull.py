@@ -62,6 +62,7 @@ def test_pull_leases_queued_agendas_in_queue_order_with_documented_shape(
         "lease_expires_at": (now + timedelta(seconds=insight.lease_seconds))
         .isoformat()
         .replace("+00:00", "Z"),
+        "lease_seconds": insight.lease_seconds,
         "number": 1,
     }
     assert (execution.worker, execution.outcome) == ("pod-1", None)

@@ -162,7 +162,9 @@ def test_the_account_failure_limit_holds_across_two_workers_and_spoofed_addresse
 
     locked = _post_token(server, alice, PASSWORD, _spoofed(99))
 
-    assert failures == [400] * (FAILURE_LIMIT - 1) + [429]
+    # The last two run at once: whichever the server counts last is the one locked out.
+    assert failures[:-2] == [400] * (FAILURE_LIMIT - 2)
+    assert sorted(failures[-2:]) == [400, 429]
     assert locked.status_code == 429
     assert locked.json()["detail"].startswith("Too many failed logins")
     assert len(server.pids_answering(TOKEN, mark)) == 2, "both workers should have answered"
@@ -181,7 +183,9 @@ def test_the_address_failure_limit_holds_across_workers_for_many_accounts(server
     # alice never failed, yet her right password is refused: the address is locked.
     locked = _post_token(server, alice, PASSWORD, _spoofed(98))
 
-    assert failures == [400] * (FAILURE_LIMIT - 1) + [429]
+    # The last two run at once: whichever the server counts last is the one locked out.
+    assert failures[:-2] == [400] * (FAILURE_LIMIT - 2)
+    assert sorted(failures[-2:]) == [400, 429]
     assert locked.status_code == 429
     assert locked.json()["detail"].startswith("Too many failed logins")
 
