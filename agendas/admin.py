@@ -6,10 +6,11 @@ from django.http import HttpRequest
 from agendas.models import Agenda, AgendaProgress, AgendaTemplate, Execution, OperationProgress
 from agendas.services import agenda_abort, agenda_pause, agenda_resume
 from agendas.states import InvalidTransition
+from core.admin import OwnedRowAdmin
 
 
 @admin.register(AgendaTemplate)
-class AgendaTemplateAdmin(admin.ModelAdmin):
+class AgendaTemplateAdmin(OwnedRowAdmin):
     list_display = ["name", "customer", "is_global", "created_at"]
     list_filter = ["customer", "is_global"]
     search_fields = ["name", "description", "link_id"]

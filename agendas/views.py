@@ -14,7 +14,6 @@ from django.shortcuts import redirect, render
 from django.urls import reverse
 from django.views.decorators.http import require_POST
 
-from agendas.dag_layout import dag_layout
 from agendas.forms import AgendaFilterForm, ProgressForm, TemplateRunForm, submit_customers
 from agendas.models import Agenda, AgendaProgress, AgendaTemplate
 from agendas.selectors import (
@@ -42,6 +41,7 @@ from core.pages import (
     refresh_url,
     visible_or_404,
 )
+from core.svg_geometry import dag_layout
 from resourcepools.models import Membership
 from resourcepools.selectors import has_role, principal_is_staff
 

@@ -515,6 +515,20 @@ class PhaseResult:
         return cls(**data, figures=figures)
 
 
+def phase_main(run: Any, description: str | None) -> None:
+    """The command line of a phase: `--quick`, and `--out FILE` for its PhaseResult as JSON."""
+    import argparse
+
+    parser = argparse.ArgumentParser(description=description)
+    parser.add_argument("--quick", action="store_true")
+    parser.add_argument("--out")
+    args = parser.parse_args()
+    result = run(quick=args.quick)
+    if args.out:
+        with open(args.out, "w") as handle:
+            json.dump(result.to_dict(), handle)
+
+
 def new_id() -> str:
     return str(uuid.uuid4())
 

@@ -11,8 +11,6 @@ the whole machine's CPU per terminal agenda is read from /proc/stat over the run
 
 from __future__ import annotations
 
-import argparse
-import json
 import multiprocessing
 import time
 
@@ -25,6 +23,7 @@ from bench.common import (
     django_setup,
     machine_cpu_seconds,
     make_world,
+    phase_main,
     say,
     sizes_for,
     vacuum_analyze,
@@ -144,16 +143,5 @@ def record(result: PhaseResult, figures: dict, *, label: str) -> None:
     result.add(f"{label} submit→complete p99", figures.get("complete_p99"), "ms")
 
 
-def main() -> None:
-    parser = argparse.ArgumentParser(description=__doc__)
-    parser.add_argument("--quick", action="store_true")
-    parser.add_argument("--out")
-    args = parser.parse_args()
-    result = run(quick=args.quick)
-    if args.out:
-        with open(args.out, "w") as handle:
-            json.dump(result.to_dict(), handle)
-
-
 if __name__ == "__main__":
-    main()
+    phase_main(run, __doc__)

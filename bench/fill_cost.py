@@ -13,8 +13,6 @@ fetched through an index).
 
 from __future__ import annotations
 
-import argparse
-import json
 import statistics
 import time
 
@@ -25,6 +23,7 @@ from bench.common import (
     close_django_connections,
     django_setup,
     make_world,
+    phase_main,
     say,
     sizes_for,
     vacuum_analyze,
@@ -142,16 +141,5 @@ def run(*, quick: bool) -> PhaseResult:
     return result
 
 
-def main() -> None:
-    parser = argparse.ArgumentParser(description=__doc__)
-    parser.add_argument("--quick", action="store_true")
-    parser.add_argument("--out")
-    args = parser.parse_args()
-    result = run(quick=args.quick)
-    if args.out:
-        with open(args.out, "w") as handle:
-            json.dump(result.to_dict(), handle)
-
-
 if __name__ == "__main__":
-    main()
+    phase_main(run, __doc__)

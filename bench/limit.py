@@ -11,15 +11,21 @@ so every statement is its own transaction and commit (fsync'ed WAL flush, as POP
 
 from __future__ import annotations
 
-import argparse
-import json
 import multiprocessing
 import time
 import uuid
 
 import psycopg
 
-from bench.common import PhaseResult, bench_database, dsn, say, sizes_for, vacuum_analyze
+from bench.common import (
+    PhaseResult,
+    bench_database,
+    dsn,
+    phase_main,
+    say,
+    sizes_for,
+    vacuum_analyze,
+)
 
 SHAPES = {"claim-1": (1, False), "claim-10": (10, False), "claim-100": (100, True)}
 PROCESSES = 2
@@ -177,16 +183,5 @@ def run(*, quick: bool) -> PhaseResult:
     return result
 
 
-def main() -> None:
-    parser = argparse.ArgumentParser(description=__doc__)
-    parser.add_argument("--quick", action="store_true")
-    parser.add_argument("--out")
-    args = parser.parse_args()
-    result = run(quick=args.quick)
-    if args.out:
-        with open(args.out, "w") as handle:
-            json.dump(result.to_dict(), handle)
-
-
 if __name__ == "__main__":
-    main()
+    phase_main(run, __doc__)

@@ -25,8 +25,6 @@ Four runs on the same servers:
 
 from __future__ import annotations
 
-import argparse
-import json
 import multiprocessing
 import os
 import time
@@ -43,6 +41,7 @@ from bench.common import (
     django_setup,
     make_world,
     percentile,
+    phase_main,
     say,
     sizes_for,
     vacuum_analyze,
@@ -466,16 +465,5 @@ def run(*, quick: bool) -> PhaseResult:
     return result
 
 
-def main() -> None:
-    parser = argparse.ArgumentParser(description=__doc__)
-    parser.add_argument("--quick", action="store_true")
-    parser.add_argument("--out")
-    args = parser.parse_args()
-    result = run(quick=args.quick)
-    if args.out:
-        with open(args.out, "w") as handle:
-            json.dump(result.to_dict(), handle)
-
-
 if __name__ == "__main__":
-    main()
+    phase_main(run, __doc__)

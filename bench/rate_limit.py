@@ -7,8 +7,6 @@ the unlimited customer started meanwhile, as a ratio to the room it had.
 
 from __future__ import annotations
 
-import argparse
-import json
 import time
 from datetime import timedelta
 
@@ -19,6 +17,7 @@ from bench.common import (
     close_django_connections,
     django_setup,
     make_world,
+    phase_main,
     say,
 )
 
@@ -109,16 +108,5 @@ def run(*, quick: bool) -> PhaseResult:
     return result
 
 
-def main() -> None:
-    parser = argparse.ArgumentParser(description=__doc__)
-    parser.add_argument("--quick", action="store_true")
-    parser.add_argument("--out")
-    args = parser.parse_args()
-    result = run(quick=args.quick)
-    if args.out:
-        with open(args.out, "w") as handle:
-            json.dump(result.to_dict(), handle)
-
-
 if __name__ == "__main__":
-    main()
+    phase_main(run, __doc__)

@@ -9,6 +9,7 @@ from typing import Any
 import django_filters
 from django.core.exceptions import RequestDataTooBig
 from django.core.exceptions import ValidationError as DjangoValidationError
+from django.core.validators import RegexValidator
 from django.db.models import Model, ProtectedError, QuerySet
 from django.http import Http404, HttpRequest, JsonResponse
 from django.views.decorators.csrf import csrf_exempt
@@ -398,6 +399,30 @@ class OwnedRowFilter(django_filters.FilterSet):
     )
     created_before = UTCIsoDateTimeFilter(
         field_name="created_at", lookup_expr="lt", help_text="Created before (ISO 8601)."
+    )
+
+
+ID_PREFIX = re.compile(r"^[0-9a-fA-F-]{4,36}$")
+
+
+def _id_prefix(queryset: QuerySet, name: str, value: str) -> QuerySet:
+    """Rows whose id starts with `value` (hex, hyphens ignored), as a range of the primary
+    key: an index range scan, never a text match over the table."""
+    digits = value.replace("-", "").lower()
+    if not value or len(digits) > 32:
+        return queryset
+    low = uuid.UUID(digits.ljust(32, "0"))
+    high = uuid.UUID(digits.ljust(32, "f"))
+    return queryset.filter(pk__gte=low, pk__lte=high)
+
+
+def id_prefix_filter() -> django_filters.CharFilter:
+    """`?id_prefix=e839d0e0`: the ids the pages and the CLI show, 4 or more hex digits."""
+    return django_filters.CharFilter(
+        method=_id_prefix,
+        help_text="Ids starting with these hex digits (at least 4; hyphens ignored), as the "
+        "pages show them.",
+        validators=[RegexValidator(ID_PREFIX, "Give at least 4 hex digits of the id (0-9, a-f).")],
     )
 
 

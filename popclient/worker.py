@@ -318,11 +318,20 @@ class Worker:
 
     def run(self) -> int:
         """Pull and run until stopped (or ``max_agendas``/``idle_exit_seconds``); exit code."""
-        try:
-            insight_id = self.resolve_insight()
-        except PopError as exc:
-            log.error("cannot resolve insight %s: %s", self.insight, exc)
-            return 1
+        insight_id = None
+        failures = 0
+        while insight_id is None:
+            try:
+                insight_id = self.resolve_insight()
+            except (Unauthorized, Forbidden, NotFound, ValidationFailed) as exc:
+                log.error("cannot resolve insight %s: %s", self.insight, exc)
+                return 1
+            except PopError as exc:  # the server is restarting, overloaded, unreachable
+                failures += 1
+                delay = min(30.0, 0.5 * 2 ** min(failures, 6))
+                log.warning("cannot reach the server (%s); retrying in %.1fs", exc, delay)
+                if self._stopping.wait(delay):
+                    return 0
         log.info(
             "worker %s pulling insight %s (concurrency %d, batch %d, handlers: %s)",
             self.name,

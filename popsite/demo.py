@@ -1,6 +1,7 @@
 """Demo data for `make run` (docs/deploy.md): idempotent, safe to load again."""
 
 from dataclasses import dataclass, field
+from pathlib import Path
 
 from django.contrib.auth import get_user_model
 from django.db import transaction
@@ -36,6 +37,57 @@ MEDIA_TEMPLATE = {
     "link_id": "@<pop.payload::/link_id?demo>",
 }
 
+# Real media work on the transcode insight's worker (ffprobe/ffmpeg): probe, a mezzanine
+# transcode, a thumbnail and HLS + DASH packaging, all under the payload's `output_dir`.
+PACKAGE_TEMPLATE = {
+    "operations": [
+        {"name": "probe", "type": "mediainfo", "payload": {"input": "@<pop.payload::/input>"}},
+        {
+            "name": "transcode",
+            "type": "transcode",
+            "payload": {
+                "input": "@<pop.payload::/input>",
+                "output": "@<pop.payload::/output_dir>/mezzanine.mp4",
+                "height": 360,
+                "video_codec": "libx264",
+                "preset": "veryfast",
+                "duration": "@<probe.out::/summary/duration>",
+            },
+        },
+        {
+            "name": "thumbnail",
+            "type": "thumbnail",
+            "payload": {
+                "input": "@<transcode.out::/output>",
+                "output": "@<pop.payload::/output_dir>/thumbnail.png",
+                "at_seconds": 1,
+                "width": 320,
+            },
+        },
+        {
+            "name": "package",
+            "type": "package",
+            "payload": {
+                "input": "@<transcode.out::/output>",
+                "output_dir": "@<pop.payload::/output_dir>/stream",
+                "segment_seconds": 2,
+                "renditions": [{"height": 360}, {"height": 180, "video_bitrate": "300k"}],
+            },
+        },
+    ],
+    "link_id": "@<pop.payload::/link_id?packaging>",
+}
+PACKAGE_SCHEMA = {
+    "type": "object",
+    "required": ["input", "output_dir"],
+    "properties": {
+        "input": {"type": "string", "description": "A media file the worker can read."},
+        "output_dir": {"type": "string", "description": "Where the worker writes the outputs."},
+        "link_id": {"type": "string"},
+    },
+    "examples": [{"input": "run/media/sample.mp4", "output_dir": "run/media/out/example"}],
+}
+
 
 @dataclass
 class DemoSummary:
@@ -57,10 +109,11 @@ def _demo_worker_token(worker, previous: str) -> str:
 
 
 @transaction.atomic
-def demo_load(worker_token: str = "") -> DemoSummary:
+def demo_load(worker_token: str = "", sample_media: str = "") -> DemoSummary:
     """Create the demo pool, insights, customers, users, templates, a schedule and agendas.
 
-    `worker_token` is the demo worker's key from an earlier run, kept while it still works.
+    `worker_token` is the demo worker's key from an earlier run, kept while it still works;
+    `sample_media`, a clip on this machine, gets one real transcode-and-package agenda.
     """
     summary = DemoSummary()
     users = get_user_model()
@@ -138,6 +191,17 @@ def demo_load(worker_token: str = "") -> DemoSummary:
             "is_global": True,
         },
     )
+    packaging, _ = AgendaTemplate.objects.get_or_create(
+        customer=acme,
+        name="transcode-and-package",
+        defaults={
+            "description": "Probe a clip, transcode it, take a thumbnail, package it for HLS "
+            "and DASH (real ffmpeg on the transcode insight's worker).",
+            "agenda": PACKAGE_TEMPLATE,
+            "payload_schema": PACKAGE_SCHEMA,
+            "is_global": True,
+        },
+    )
     AgendaTemplate.objects.get_or_create(
         customer=acme,
         name="log-only",
@@ -175,6 +239,15 @@ def demo_load(worker_token: str = "") -> DemoSummary:
                 customer=customer,
                 operations=[{"name": "hello", "type": "log", "payload": {"message": "hi"}}],
                 link_id=f"{slug}-demo",
+            )
+            summary.agendas_created += 1
+        if sample_media:
+            output_dir = str(Path(sample_media).resolve().parent / "out" / "acme-sample")
+            template_run(
+                principal=SYSTEM,
+                template=packaging,
+                customer=acme,
+                payload={"input": str(Path(sample_media).resolve()), "output_dir": output_dir},
             )
             summary.agendas_created += 1
     return summary

@@ -1,6 +1,8 @@
 from csp.decorators import csp_update
 from django.contrib import admin
+from django.templatetags.static import static
 from django.urls import include, path
+from django.views.generic import RedirectView
 from drf_spectacular.views import (
     SpectacularAPIView,
     SpectacularRedocView,
@@ -28,6 +30,8 @@ api_patterns = [
 ]
 
 urlpatterns = [
+    # Pages that are not ours (the admin, the API docs) still make browsers ask for this.
+    path("favicon.ico", RedirectView.as_view(url=static("favicon.svg"), permanent=True)),
     path("admin/", admin.site.urls),
     path("accounts/", include("django.contrib.auth.urls")),
     path("api/v1/", include(api_patterns)),

@@ -1,5 +1,6 @@
 from django.contrib import admin
 
+from core.admin import OwnedRowAdmin
 from resourcepools.models import Customer, Insight, Membership, ResourcePool
 
 
@@ -10,7 +11,7 @@ class MembershipInline(admin.TabularInline):
 
 
 @admin.register(Customer)
-class CustomerAdmin(admin.ModelAdmin):
+class CustomerAdmin(OwnedRowAdmin):
     list_display = [
         "name",
         "slug",
@@ -53,7 +54,7 @@ class InsightInline(admin.StackedInline):
 
 
 @admin.register(ResourcePool)
-class ResourcePoolAdmin(admin.ModelAdmin):
+class ResourcePoolAdmin(OwnedRowAdmin):
     list_display = ["name", "owner", "created_at"]
     list_filter = ["owner"]
     search_fields = ["name", "description", "link_id"]
@@ -61,7 +62,7 @@ class ResourcePoolAdmin(admin.ModelAdmin):
 
 
 @admin.register(Insight)
-class InsightAdmin(admin.ModelAdmin):
+class InsightAdmin(OwnedRowAdmin):
     list_display = [
         "name",
         "resource_pool",

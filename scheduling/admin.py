@@ -7,6 +7,7 @@ from django.db.models import QuerySet
 from django.forms.models import construct_instance
 from django.http import HttpRequest
 
+from core.admin import OwnedRowAdmin
 from resourcepools.admin import InsightAdmin as BaseInsightAdmin
 from resourcepools.models import Insight
 from scheduling.fill import insight_fill
@@ -93,7 +94,7 @@ class ScheduleAdminForm(forms.ModelForm):
 
 
 @admin.register(Schedule)
-class ScheduleAdmin(admin.ModelAdmin):
+class ScheduleAdmin(OwnedRowAdmin):
     form = ScheduleAdminForm
     list_display = ["name", "customer", "template", "cron", "timezone", "state", "next_run_at"]
     list_filter = ["state", "customer", "catch_up", "overlap"]
@@ -112,7 +113,7 @@ class CallbackDeliveryAdmin(ReadOnlyAdmin):
 
 
 @admin.register(AlertRule)
-class AlertRuleAdmin(admin.ModelAdmin):
+class AlertRuleAdmin(OwnedRowAdmin):
     list_display = ["name", "kind", "customer", "insight", "threshold", "is_enabled"]
     list_filter = ["kind", "is_enabled", "customer"]
     search_fields = ["name"]

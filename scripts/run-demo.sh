@@ -17,20 +17,35 @@ mkdir -p "$PROMETHEUS_MULTIPROC_DIR"
 
 $PY manage.py migrate --noinput
 $PY manage.py pop_schedules
-$PY manage.py pop_demo --token-file run/demo-worker.token
+# A 10 s clip for the transcode-and-package template, when this machine has ffmpeg.
+SAMPLE=run/media/sample.mp4
+if command -v ffmpeg >/dev/null && [ ! -f "$SAMPLE" ]; then
+    mkdir -p run/media
+    ffmpeg -hide_banner -loglevel error -y \
+        -f lavfi -i testsrc=duration=10:size=640x360:rate=25 \
+        -f lavfi -i sine=frequency=440:duration=10 \
+        -c:v libx264 -pix_fmt yuv420p -c:a aac -shortest "$SAMPLE" || true
+fi
+$PY manage.py pop_demo --token-file run/demo-worker.token --sample-media "$SAMPLE"
 
 pids=()
+stopping=""
 cleanup() {
     trap - INT TERM EXIT
     for pid in "${pids[@]}"; do kill -TERM "$pid" 2>/dev/null || true; done
     wait 2>/dev/null || true
 }
-trap cleanup INT TERM EXIT
+trap 'stopping=yes; echo; echo "Stopping POP…"; cleanup; exit 0' INT TERM
+trap cleanup EXIT
+# Logs are appended to, one marked section per start: a restart keeps the earlier run's.
+for log in web qcluster worker-mediainfo worker-transcode; do
+    echo "=== make run started $(date -u +%Y-%m-%dT%H:%M:%SZ) ===" >>"run/$log.log"
+done
 
 .venv/bin/gunicorn popsite.wsgi:application --bind "127.0.0.1:${PORT}" \
-    --workers 2 --threads 8 --access-logfile - >run/web.log 2>&1 &
+    --workers 2 --threads 8 --access-logfile - >>run/web.log 2>&1 &
 pids+=($!)
-$PY manage.py qcluster >run/qcluster.log 2>&1 &
+$PY manage.py qcluster >>run/qcluster.log 2>&1 &
 pids+=($!)
 
 URL="http://127.0.0.1:${PORT}"
@@ -41,7 +56,7 @@ done
 # The worker reads its token from the file: a token in argv would show in `ps`.
 for insight in mediainfo transcode; do
     .venv/bin/pop worker --url "$URL" --token-file run/demo-worker.token --insight "$insight" \
-        --name "demo-$insight" >"run/worker-$insight.log" 2>&1 &
+        --name "demo-$insight" >>"run/worker-$insight.log" 2>&1 &
     pids+=($!)
 done
 
@@ -54,5 +69,8 @@ POP is running at $URL/
   logs:      run/web.log run/qcluster.log run/worker-*.log
 Press Ctrl-C to stop.
 MSG
-wait -n "${pids[@]}"
-echo "A process exited; stopping the others (see run/*.log)." >&2
+wait -n "${pids[@]}" || true
+if [ -z "$stopping" ]; then
+    echo "A POP process ended on its own; stopping the others (see run/*.log)." >&2
+    exit 1
+fi

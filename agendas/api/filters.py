@@ -3,17 +3,19 @@
 import django_filters
 
 from agendas.models import Agenda, AgendaProgress, AgendaTemplate, OperationProgress
-from core.api import OwnedRowFilter, customer_filter
+from core.api import OwnedRowFilter, customer_filter, id_prefix_filter
 
 AgendaState = AgendaProgress.State
 OperationState = OperationProgress.State
 
 
 class AgendaFilter(OwnedRowFilter):
+    id_prefix = id_prefix_filter()
     customer = customer_filter()
     state = django_filters.MultipleChoiceFilter(
         field_name="progress__state",
         choices=AgendaState.choices,
+        distinct=False,  # one progress row per agenda: DISTINCT would only cost a sort
         help_text="Only agendas in these states (repeat the parameter for several).",
     )
     insight = django_filters.UUIDFilter(field_name="insight_id", help_text="Insight id.")
@@ -62,6 +64,7 @@ class OperationProgressFilter(OwnedRowFilter):
 
 
 class AgendaTemplateFilter(OwnedRowFilter):
+    id_prefix = id_prefix_filter()
     customer = customer_filter()
     name = django_filters.CharFilter(help_text="Exact template name.")
     is_global = django_filters.BooleanFilter(help_text="Only global (true) or private (false).")

@@ -17,6 +17,7 @@ from popclient.cli.base import (
     _cell,
     _results,
     add_command,
+    agenda_id,
     agenda_operations,
     agenda_percent,
     agenda_state,
@@ -206,7 +207,7 @@ def cmd_agendas_list(ctx: Context) -> int:
 
 
 def cmd_agendas_show(ctx: Context) -> int:
-    agenda = ctx.client().get_agenda(ctx.args.id)
+    agenda = ctx.client().get_agenda(agenda_id(ctx, ctx.args.id))
     if ctx.out.as_json:
         ctx.out.json(agenda)
         return EXIT_OK
@@ -250,7 +251,9 @@ def cmd_agendas_show(ctx: Context) -> int:
 
 
 def cmd_agendas_watch(ctx: Context) -> int:
-    return _watch(ctx, ctx.args.id, interval=ctx.args.interval, max_wait=ctx.args.max_wait)
+    return _watch(
+        ctx, agenda_id(ctx, ctx.args.id), interval=ctx.args.interval, max_wait=ctx.args.max_wait
+    )
 
 
 def cmd_agendas_action(ctx: Context) -> int:
@@ -260,7 +263,7 @@ def cmd_agendas_action(ctx: Context) -> int:
         "pause": client.pause_agenda,
         "resume": client.resume_agenda,
     }[ctx.args.action]
-    agenda = action(ctx.args.id) or {}
+    agenda = action(agenda_id(ctx, ctx.args.id)) or {}
     if ctx.out.as_json:
         ctx.out.json(agenda)
     else:
@@ -275,6 +278,7 @@ def cmd_agendas_rerun(ctx: Context) -> int:
     mode = args.mode or ("operations_to_reset" if operations else "continue")
     if mode == "operations_to_reset" and not operations:
         raise UsageError("--mode operations_to_reset needs --operations")
+    args.id = agenda_id(ctx, args.id)
     agenda = ctx.client().rerun_agenda(
         args.id,
         mode=mode,
@@ -294,7 +298,7 @@ def cmd_agendas_rerun(ctx: Context) -> int:
 
 
 def cmd_agendas_executions(ctx: Context) -> int:
-    executions = _results(ctx.client().list_executions(ctx.args.id))
+    executions = _results(ctx.client().list_executions(agenda_id(ctx, ctx.args.id)))
     if ctx.out.as_json:
         ctx.out.json(executions)
         return EXIT_OK

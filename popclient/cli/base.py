@@ -6,6 +6,7 @@ from __future__ import annotations
 import argparse
 import json
 import os
+import re
 import sys
 from collections.abc import Callable, Sequence
 from pathlib import Path
@@ -272,3 +273,55 @@ def _exit_code(error: PopError) -> int:
     if isinstance(error, Unauthorized | Forbidden):
         return EXIT_AUTH
     return EXIT_FAILURE
+
+
+# -- what the user typed for an agenda or a template ------------------------------------
+
+FULL_ID = re.compile(r"^[0-9a-fA-F]{8}-?([0-9a-fA-F]{4}-?){3}[0-9a-fA-F]{12}$")
+ID_PREFIX = re.compile(r"^[0-9a-fA-F-]{4,35}$")
+CANDIDATES_SHOWN = 10
+
+
+def _one_of(kind: str, typed: str, rows: list[dict[str, Any]], describe: Any) -> str:
+    if len(rows) == 1:
+        return str(rows[0]["id"])
+    if not rows:
+        raise NotFound(f"No {kind} you can see matches {typed!r} (looked up as an id prefix).")
+    listed = "\n".join(f"  {describe(row)}" for row in rows[:CANDIDATES_SHOWN])
+    more = "\n  …" if len(rows) > CANDIDATES_SHOWN else ""
+    raise UsageError(f"{typed!r} matches several {kind}s; give more of the id:\n{listed}{more}")
+
+
+def agenda_id(ctx: Context, typed: str) -> str:
+    """A full agenda id, from a full id or a unique prefix of one (as the pages show ids);
+    anything else is passed on as it is."""
+    if FULL_ID.match(typed) or not ID_PREFIX.match(typed):
+        return typed
+    rows = _results(ctx.client().list_agendas(id_prefix=typed, limit=CANDIDATES_SHOWN + 1))
+    return _one_of(
+        "agenda",
+        typed,
+        rows,
+        lambda row: f"{row['id']}  {agenda_state(row)}  {row.get('link_id') or ''}".rstrip(),
+    )
+
+
+def template_id(ctx: Context, typed: str) -> str:
+    """A full template id, from a full id, a template name or a unique id prefix."""
+    if FULL_ID.match(typed):
+        return typed
+    client = ctx.client()
+    try:
+        rows = _results(client.list_templates(name=typed, limit=CANDIDATES_SHOWN + 1))
+        if not rows and ID_PREFIX.match(typed):
+            rows = _results(client.list_templates(id_prefix=typed, limit=CANDIDATES_SHOWN + 1))
+    except NotFound:
+        rows = []
+    if not rows:
+        return typed  # the server says what it did not find
+    return _one_of(
+        "template",
+        typed,
+        rows,
+        lambda row: f"{row['id']}  {row.get('name')}  (customer {row.get('customer')})",
+    )

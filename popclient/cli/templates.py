@@ -15,6 +15,7 @@ from popclient.cli.base import (
     _json_argument,
     _results,
     add_command,
+    template_id,
 )
 from popclient.cli.watching import _after_submit
 
@@ -57,7 +58,7 @@ def cmd_templates_list(ctx: Context) -> int:
 
 
 def cmd_templates_show(ctx: Context) -> int:
-    template = ctx.client().get_template(ctx.args.id)
+    template = ctx.client().get_template(template_id(ctx, ctx.args.id))
     if ctx.out.as_json:
         ctx.out.json(template)
         return EXIT_OK
@@ -79,6 +80,7 @@ def cmd_templates_run(ctx: Context) -> int:
         if getattr(args, key, None) is not None
     }
     client = ctx.client()
+    args.id = template_id(ctx, args.id)
     if args.preview:
         preview = client.preview_template(args.id, args.payload)
         errors = preview.get("errors") if isinstance(preview, dict) else None

@@ -20,7 +20,8 @@ A module may instead define ``HANDLERS = {"type": func}`` or ``register(registry
 
 The package re-exports its public names; each lives in the module of its concern:
 ``registry`` (context, errors, registry), ``process`` (subprocesses), ``builtins``
-(log, echo, sleep, fail, exec, http), ``media`` (mediainfo, transcode, thumbnail) and
+(log, echo, sleep, fail, exec, http), ``media`` (mediainfo, transcode, thumbnail),
+``packaging`` (package: HLS and DASH) and
 ``defaults`` (the default registry).
 """
 
@@ -39,6 +40,7 @@ from popclient.handlers.media import (
     thumbnail_handler,
     transcode_handler,
 )
+from popclient.handlers.packaging import package_handler
 from popclient.handlers.process import ProcessResult, run_subprocess
 from popclient.handlers.registry import (
     DEFAULT_CANCEL_GRACE_SECONDS,
@@ -69,6 +71,7 @@ __all__ = [
     "http_handler",
     "log_handler",
     "mediainfo_handler",
+    "package_handler",
     "run_subprocess",
     "sleep_handler",
     "summarize_probe",

@@ -13,6 +13,7 @@ from popclient.handlers.builtins import (
     sleep_handler,
 )
 from popclient.handlers.media import mediainfo_handler, thumbnail_handler, transcode_handler
+from popclient.handlers.packaging import package_handler
 from popclient.handlers.registry import (
     DEFAULT_CANCEL_GRACE_SECONDS,
     Handler,
@@ -30,6 +31,7 @@ BUILTIN_HANDLERS: dict[str, Handler] = {
     "mediainfo": mediainfo_handler,
     "transcode": transcode_handler,
     "thumbnail": thumbnail_handler,
+    "package": package_handler,
 }
 
 

@@ -12,7 +12,7 @@ from popclient.handlers.process import run_subprocess, tail
 from popclient.handlers.registry import HandlerError, OperationContext, PermanentError
 
 
-def _require_program(program: str, operation_type: str) -> str:
+def require_program(program: str, operation_type: str) -> str:
     path = shutil.which(program)
     if path is None:
         raise HandlerError(
@@ -80,15 +80,15 @@ def _missing_local_file(source: str) -> bool:
     return "://" not in source and not os.path.exists(source)
 
 
-def _require_input(source: str) -> None:
+def require_input(source: str) -> None:
     if _missing_local_file(source):
         raise PermanentError(f"input not found: {source}", code="input_not_found")
 
 
-def _probe(path: str, ctx: OperationContext, operation_type: str) -> dict[str, Any]:
-    ffprobe = _require_program("ffprobe", operation_type)
+def ffprobe(path: str, ctx: OperationContext, operation_type: str) -> dict[str, Any]:
+    program = require_program("ffprobe", operation_type)
     result = run_subprocess(
-        [ffprobe, "-v", "error", "-print_format", "json", "-show_format", "-show_streams", path],
+        [program, "-v", "error", "-print_format", "json", "-show_format", "-show_streams", path],
         ctx,
     )
     if result.returncode != 0:
@@ -103,7 +103,7 @@ def _probe(path: str, ctx: OperationContext, operation_type: str) -> dict[str, A
         raise HandlerError(f"ffprobe printed invalid JSON: {exc}", code="probe_failed") from exc
 
 
-def _input_output(payload: Any, *, need_output: bool = True) -> tuple[str, str]:
+def input_output(payload: Any, *, need_output: bool = True) -> tuple[str, str]:
     if not isinstance(payload, Mapping) or not payload.get("input"):
         raise PermanentError("payload needs an input (path or URL)", code="invalid_payload")
     output = payload.get("output")
@@ -119,23 +119,30 @@ def _input_output(payload: Any, *, need_output: bool = True) -> tuple[str, str]:
 
 def mediainfo_handler(payload: Any, ctx: OperationContext) -> Any:
     """ffprobe ``input``: result is ffprobe's JSON (``format``, ``streams``) plus ``summary``."""
-    source, _ = _input_output(payload, need_output=False)
-    probe = _probe(source, ctx, "mediainfo")
+    source, _ = input_output(payload, need_output=False)
+    probe = ffprobe(source, ctx, "mediainfo")
     probe["summary"] = summarize_probe(probe)
     return probe
 
 
-def _run_ffmpeg(
-    arguments: list[str], ctx: OperationContext, operation_type: str, duration: float | None
+def run_ffmpeg(
+    arguments: list[str],
+    ctx: OperationContext,
+    operation_type: str,
+    duration: float | None,
+    *,
+    span: tuple[int, int] = (0, 100),
 ) -> None:
-    ffmpeg = _require_program("ffmpeg", operation_type)
+    """Run ffmpeg, reporting its progress as a percent within `span` of the operation's."""
+    ffmpeg = require_program("ffmpeg", operation_type)
+    first, end = span
     last = [-1]
 
     def on_line(line: str) -> None:
         key, _, value = line.partition("=")
         if key in ("out_time_us", "out_time_ms") and duration:
             seconds = (_number(value) or 0) / 1_000_000
-            percent = int(min(99, seconds / duration * 100))
+            percent = int(min(end - 1, first + seconds / duration * (end - first)))
             if percent > last[0]:
                 last[0] = percent
                 ctx.report_progress(percent)
@@ -148,7 +155,7 @@ def _run_ffmpeg(
             code="ffmpeg_failed",
             detail={"argv": argv, "stderr": tail(result.stderr)},
         )
-    ctx.report_progress(100)
+    ctx.report_progress(end)
 
 
 def _media_duration(source: str, payload: Mapping[str, Any], ctx: OperationContext) -> float | None:
@@ -157,7 +164,7 @@ def _media_duration(source: str, payload: Mapping[str, Any], ctx: OperationConte
     if shutil.which("ffprobe") is None:
         return None
     try:
-        return summarize_probe(_probe(source, ctx, "transcode")).get("duration")
+        return summarize_probe(ffprobe(source, ctx, "transcode")).get("duration")
     except HandlerError:
         return None
 
@@ -168,9 +175,9 @@ def transcode_handler(payload: Any, ctx: OperationContext) -> Any:
     ``-i``), ``extra_args`` (list, output options),
     ``overwrite`` (true). Reports percent from ffmpeg's progress. Result: ``{output,
     size_bytes, summary?}``."""
-    source, output = _input_output(payload)
-    _require_program("ffmpeg", "transcode")
-    _require_input(source)
+    source, output = input_output(payload)
+    require_program("ffmpeg", "transcode")
+    require_input(source)
     input_args = payload.get("input_args") or []
     if not isinstance(input_args, list):
         raise PermanentError("input_args must be a list", code="invalid_payload")
@@ -198,25 +205,25 @@ def transcode_handler(payload: Any, ctx: OperationContext) -> Any:
         raise PermanentError("extra_args must be a list", code="invalid_payload")
     arguments += [str(arg) for arg in extra]
     arguments.append(output)
-    _run_ffmpeg(arguments, ctx, "transcode", _media_duration(source, payload, ctx))
+    run_ffmpeg(arguments, ctx, "transcode", _media_duration(source, payload, ctx))
     result: dict[str, Any] = {"output": output, "size_bytes": os.path.getsize(output)}
     if shutil.which("ffprobe") is not None:
-        result["summary"] = summarize_probe(_probe(output, ctx, "transcode"))
+        result["summary"] = summarize_probe(ffprobe(output, ctx, "transcode"))
     return result
 
 
 def thumbnail_handler(payload: Any, ctx: OperationContext) -> Any:
     """One frame of ``input`` at ``at_seconds`` (0) into ``output`` (an image path),
     optionally scaled to ``width``. Result: ``{output, size_bytes}``."""
-    source, output = _input_output(payload)
-    _require_program("ffmpeg", "thumbnail")
-    _require_input(source)
+    source, output = input_output(payload)
+    require_program("ffmpeg", "thumbnail")
+    require_input(source)
     at = _number(payload.get("at_seconds", 0)) or 0.0
     arguments = ["-y", "-ss", f"{at:.3f}", "-i", source, "-frames:v", "1"]
     if payload.get("width") is not None:
         arguments += ["-vf", f"scale={int(payload['width'])}:-2"]
     arguments.append(output)
-    _run_ffmpeg(arguments, ctx, "thumbnail", None)
+    run_ffmpeg(arguments, ctx, "thumbnail", None)
     if not os.path.exists(output):
         raise HandlerError(f"ffmpeg wrote no frame at {at}s (past the end?)", code="ffmpeg_failed")
     return {"output": output, "size_bytes": os.path.getsize(output)}

@@ -6,6 +6,7 @@ from datetime import timedelta
 import pytest
 from django.utils import timezone
 
+from agendas.api.filters import AgendaFilter
 from agendas.models import Agenda, AgendaProgress
 from resourcepools.models import Membership
 from scheduling.models import ReadyAgenda
@@ -256,3 +257,28 @@ def test_agenda_progress_state_is_never_written_by_the_api_layer(
 
     assert response.status_code == 405
     assert AgendaProgress.objects.get(agenda=agenda).state == "ready"
+
+
+def test_id_prefix_finds_agendas_by_the_ids_the_pages_show_and_only_visible_ones(
+    submitter, other_submitter, submit_agenda, api_client_for
+):
+    mine = submit_agenda(submitter)
+    theirs = submit_agenda(other_submitter)
+    client = api_client_for(submitter)
+
+    found = client.get("/api/v1/agendas/", {"id_prefix": str(mine.pk)[:8]}).json()["results"]
+    hidden = client.get("/api/v1/agendas/", {"id_prefix": str(theirs.pk)[:13]}).json()
+    refused = client.get("/api/v1/agendas/", {"id_prefix": "xyz!"})
+
+    assert [row["id"] for row in found] == [str(mine.pk)]
+    assert hidden["results"] == []
+    assert refused.status_code == 400 and "id_prefix" in refused.json()
+
+
+def test_id_prefix_is_a_range_of_the_primary_key_not_a_text_match(submitter, submit_agenda):
+    agenda = submit_agenda(submitter)
+    rows = AgendaFilter({"id_prefix": str(agenda.pk)[:6]}, queryset=Agenda.objects.all()).qs
+
+    sql = str(rows.query)
+    assert "LIKE" not in sql.upper() and ">=" in sql and "<=" in sql
+    assert list(rows) == [agenda]

@@ -1,10 +1,9 @@
 """Pure geometry and formatting behind the pages' inline SVG (no database)."""
 
-from agendas.dag_layout import DAG_MAX_OPERATIONS, NODE_HEIGHT, dag_layout
 from agendas.models import OperationProgress
 from core.pages import duration_text
+from core.svg_geometry import DAG_MAX_OPERATIONS, NODE_HEIGHT, dag_layout, share_chart, sparkline
 from popsite.dashboard_selectors import CustomerShare
-from popsite.views import share_chart, sparkline
 
 
 def rows(*names_and_states: tuple[str, str]) -> list[OperationProgress]:

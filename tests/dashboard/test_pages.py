@@ -920,3 +920,10 @@ def test_workers_seen_window_skips_old_finished_executions(submitter, agenda_in_
     assert [worker.name for worker in workers_seen(insight_ids=[insight.pk])[insight.pk]] == [
         "old-node"
     ]
+
+
+def test_the_favicon_is_ours_for_every_page_even_those_that_do_not_name_it(client):
+    answer = client.get("/favicon.ico")
+
+    assert answer.status_code == 301
+    assert answer["Location"].endswith("/static/favicon.svg")

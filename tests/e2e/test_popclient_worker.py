@@ -6,6 +6,7 @@ retried at the point of failure: its first operation's handler runs only once an
 result is reused.
 """
 
+import subprocess
 import threading
 from collections import Counter
 
@@ -14,10 +15,12 @@ from django.db import connection
 
 from accounts.services import token_issue
 from agendas.models import AgendaProgress, Execution, OperationProgress
+from agendas.template_services import agenda_template_create, agenda_template_run
 from core.principals import SYSTEM
 from popclient import PopClient
 from popclient.handlers import HandlerError, HandlerRegistry, default_registry
 from popclient.worker import Worker
+from popsite.demo import PACKAGE_SCHEMA, PACKAGE_TEMPLATE
 
 pytestmark = pytest.mark.django_db(transaction=True)
 
@@ -144,3 +147,60 @@ def test_a_permanent_failure_fails_the_agenda_after_one_execution_with_attempts_
     assert Execution.objects.filter(agenda=agenda).count() == 1
     operation = OperationProgress.objects.get(agenda_progress=progress)
     assert (operation.state, operation.diagnostics[-1]["code"]) == ("failed", "probe_failed")
+
+
+def test_the_demo_transcode_and_package_template_runs_end_to_end_on_a_real_clip(
+    live_server, settings, submitter, admin_member, insight, worker, tmp_path
+):
+    """popsite.demo's template, real ffprobe/ffmpeg handlers: probe, transcode, thumbnail,
+    and HLS + DASH packaging of a generated clip, pulled and reported over HTTP."""
+    settings.POP_FILL_NUDGE = "sync"
+    settings.POP_FILL_NUDGE_MIN_INTERVAL = 0
+    clip = tmp_path / "clip.mp4"
+    subprocess.run(
+        [
+            "ffmpeg", "-hide_banner", "-loglevel", "error", "-y",
+            "-f", "lavfi", "-i", "testsrc=duration=3:size=320x240:rate=25",
+            "-f", "lavfi", "-i", "sine=frequency=440:duration=3",
+            "-c:v", "libx264", "-pix_fmt", "yuv420p", "-c:a", "aac", "-shortest", str(clip),
+        ],
+        check=True,
+    )  # fmt: skip
+    template = agenda_template_create(
+        principal=admin_member.user,
+        customer=admin_member.customer,
+        name="transcode-and-package",
+        agenda=PACKAGE_TEMPLATE,
+        payload_schema=PACKAGE_SCHEMA,
+    )
+    out = tmp_path / "out"
+    agenda, _ = agenda_template_run(
+        principal=submitter.user,
+        template=template,
+        customer=submitter.customer,
+        payload={"input": str(clip), "output_dir": str(out)},
+    )
+    token = token_issue(principal=SYSTEM, user=worker.user, name="e2e-package").key
+    client = PopClient(live_server.url, token)
+    puller = Worker(
+        client,
+        str(insight.pk),
+        registry=default_registry(),
+        name="media-worker",
+        wait_seconds=1,
+        max_agendas=1,
+        idle_exit_seconds=10,
+    )
+
+    assert puller.run() == 0
+    client.close()
+    connection.close()
+
+    progress = AgendaProgress.objects.get(agenda=agenda)
+    assert (progress.state, progress.percent_complete) == ("succeeded", 100.0)
+    package = OperationProgress.objects.get(agenda_progress=progress, name="package").result
+    assert package["hls"] == str(out / "stream" / "hls" / "master.m3u8")
+    assert package["dash"] == str(out / "stream" / "dash" / "manifest.mpd")
+    assert (out / "stream" / "hls" / "master.m3u8").read_text().count("#EXT-X-STREAM-INF") == 2
+    assert (out / "thumbnail.png").read_bytes()[:4] == b"\x89PNG"
+    assert (out / "mezzanine.mp4").stat().st_size > 0

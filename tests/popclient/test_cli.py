@@ -644,3 +644,62 @@ def test_python_m_popclient_runs_the_cli(tmp_path):
     assert helped.returncode == 0 and "agendas" in helped.stdout
     assert refused.returncode == 1
     assert "ConnectError" in json.loads(refused.stdout)["error"]
+
+
+# -- ids as the pages show them, templates by name ---------------------------------------
+
+FULL = "e839d0e0-1111-4222-8333-444455556666"
+
+
+def test_a_unique_id_prefix_names_the_agenda():
+    agenda = {"id": FULL, "state": "ready", "progress": {"state": "ready"}, "operations": []}
+    server = Server(
+        {
+            ("GET", "/agendas/"): (200, {"results": [agenda]}),
+            ("GET", f"/agendas/{FULL}/"): (200, agenda),
+        }
+    )
+
+    code, out, _ = pop(server, "agendas", "show", "e839d0e0", "--json")
+
+    assert code == 0 and json.loads(out)["id"] == FULL
+    assert server.requests[0].url.params["id_prefix"] == "e839d0e0"
+
+
+def test_an_ambiguous_prefix_lists_the_candidates_and_exits_2():
+    rows = [
+        {"id": FULL, "state": "ready", "link_id": "batch-1"},
+        {"id": FULL.replace("6666", "7777"), "state": "failed", "link_id": ""},
+    ]
+    server = Server({("GET", "/agendas/"): (200, {"results": rows})})
+
+    code, _, err = pop(server, "agendas", "abort", "e839")
+
+    assert code == 2
+    assert "matches several agendas" in err
+    assert FULL in err and "batch-1" in err
+    assert [request.method for request in server.requests] == ["GET"]
+
+
+def test_a_prefix_nobody_has_says_what_was_looked_up():
+    server = Server({("GET", "/agendas/"): (200, {"results": []})})
+
+    code, _, err = pop(server, "agendas", "show", "deadbeef")
+
+    assert code == 3
+    assert "'deadbeef'" in err and "id prefix" in err
+
+
+def test_a_template_runs_by_name():
+    template = {"id": FULL, "name": "probe-transcode-package", "customer": "c1"}
+    server = Server(
+        {
+            ("GET", "/agenda-templates/"): (200, {"results": [template]}),
+            ("POST", f"/agenda-templates/{FULL}/run/"): (201, {"id": "a9", "state": "ready"}),
+        }
+    )
+
+    code, out, _ = pop(server, "templates", "run", "probe-transcode-package", "--json")
+
+    assert code == 0 and json.loads(out)["id"] == "a9"
+    assert server.requests[0].url.params["name"] == "probe-transcode-package"

@@ -23,6 +23,7 @@ from popclient.handlers import (
     http_handler,
     log_handler,
     mediainfo_handler,
+    package_handler,
     sleep_handler,
     thumbnail_handler,
     transcode_handler,
@@ -487,6 +488,67 @@ if FFMPEG or os.environ.get("CI") == "true":
             ctx, _ = make_ctx()
             with pytest.raises(PermanentError):
                 handler(payload, ctx)
+
+    def _probe_streams(path):
+        result = subprocess.run(
+            ["ffprobe", "-v", "error", "-print_format", "json", "-show_streams", str(path)],
+            capture_output=True,
+            text=True,
+            check=True,
+        )
+        return json.loads(result.stdout)["streams"]
+
+    def test_package_writes_playable_hls_and_dash_with_two_renditions(clip, tmp_path):
+        ctx, progress = make_ctx()
+        out = tmp_path / "packaged"
+
+        result = package_handler(
+            {
+                "input": str(clip),
+                "output_dir": str(out),
+                "segment_seconds": 1,
+                "renditions": [{"height": 120, "video_bitrate": "300k"}, {"height": 60}],
+            },
+            ctx,
+        )
+
+        master = out / "hls" / "master.m3u8"
+        assert result["hls"] == str(master)
+        assert master.read_text().count("#EXT-X-STREAM-INF") == 2
+        assert sorted(p.name for p in (out / "hls").iterdir()) == [
+            "master.m3u8",
+            "stream_0",
+            "stream_1",
+        ]
+        assert len(list((out / "hls" / "stream_0").glob("segment_*.ts"))) >= 2
+        hls_heights = {
+            s.get("height") for s in _probe_streams(master) if s["codec_type"] == "video"
+        }
+        assert hls_heights == {120, 60}
+        manifest = out / "dash" / "manifest.mpd"
+        assert result["dash"] == str(manifest)
+        dash = _probe_streams(manifest)
+        assert {s.get("height") for s in dash if s["codec_type"] == "video"} == {120, 60}
+        assert any(s["codec_type"] == "audio" for s in dash)
+        assert [(o["kind"], o["path"]) for o in result["outputs"]] == [
+            ("hls", str(master)),
+            ("dash", str(manifest)),
+        ]
+        assert all(o["bytes"] > 0 for o in result["outputs"])
+        assert progress.percents[-1] == 100
+        assert progress.percents == sorted(progress.percents)
+
+    def test_package_refuses_payloads_it_cannot_use_for_good(clip, tmp_path):
+        ctx, _ = make_ctx()
+        for payload in [
+            {"input": str(clip)},
+            {"input": str(clip), "output_dir": str(tmp_path), "formats": ["smooth"]},
+            {"input": str(clip), "output_dir": str(tmp_path), "renditions": [{"height": "hd"}]},
+            {"input": str(clip), "output_dir": str(tmp_path), "segment_seconds": 0},
+            {"input": str(tmp_path / "missing.mp4"), "output_dir": str(tmp_path)},
+        ]:
+            with pytest.raises(PermanentError):
+                package_handler(payload, ctx)
 
     def test_transcode_cancel_stops_ffmpeg(clip, tmp_path):
         ctx, _ = make_ctx()

@@ -34,6 +34,7 @@ class FakePop:
         self.pause_when_executing = {}  # agenda id → answer pause once this op executes
         self.conflict_agendas = set()
         self.fail_reports = 0  # answer 500 to this many reports
+        self.fail_insights = 0  # answer 500 to this many insight lists
 
     # -- helpers for tests --------------------------------------------------------------
 
@@ -75,6 +76,9 @@ class FakePop:
             self.paths.append((request.method, request.url.path))
             body = json.loads(request.content) if request.content else {}
             path = request.url.path
+            if path == "/api/v1/insights/" and self.fail_insights > 0:
+                self.fail_insights -= 1
+                return self.json(500, {"detail": "starting up"})
             if path == "/api/v1/insights/":
                 insights = [{"id": INSIGHT_ID, "name": "media"}]
                 return self.json(200, {"count": 1, "next": None, "results": insights})
@@ -437,6 +441,16 @@ def test_unknown_insight_name_exits_with_an_error():
     worker = make_worker(FakePop(), insight="no-such-insight")
 
     assert worker.run() == 1
+
+
+def test_a_server_error_at_start_up_is_retried_not_fatal():
+    fake = FakePop()
+    fake.fail_insights = 4  # more than the client's own retries of one call
+    agenda_id = fake.submit([{"name": "a", "type": "log", "payload": {"message": "hi"}}])
+
+    assert make_worker(fake, max_agendas=1, insight="media").run() == 0
+
+    assert fake.final(agenda_id)["state"] == "succeeded"
 
 
 def test_idle_exit():

@@ -1,6 +1,7 @@
 """Every admin changelist, add and change page renders for the operator; the admin actions."""
 
 import json
+import re
 import uuid
 
 import pytest
@@ -279,3 +280,21 @@ def test_admin_schedule_edit_checks_the_cron_and_replans_the_next_run(operator_c
     assert changed.cron == "0 3 * * *"
     assert changed.next_run_at > timezone.now()
     assert (changed.next_run_at.hour, changed.next_run_at.minute) == (3, 0)
+
+
+@pytest.mark.parametrize(
+    "url",
+    [
+        "/admin/resourcepools/insight/add/",
+        "/admin/resourcepools/customer/add/",
+        "/admin/scheduling/schedule/add/",
+        "/admin/agendas/agendatemplate/add/",
+    ],
+)
+def test_forms_open_with_what_the_row_is_and_end_with_link_id_and_cid(operator_client, url):
+    page = operator_client.get(url).content.decode()
+
+    names = re.findall(r'name="([a-z_]+)"', page.split('id="content-main"', 1)[1])
+    fields = [name for name in names if name not in ("csrfmiddlewaretoken", "_save")]
+    assert fields[0] != "link_id" and "cid" in fields and "link_id" in fields
+    assert fields.index("link_id") > fields.index("name")

@@ -47,3 +47,28 @@ def test_pop_demo_run_twice_is_idempotent(tmp_path):
     assert token_file.read_text() == token != ""
     assert sorted(AgendaProgress.objects.values_list("agenda_id", "state")) == progress
     assert "login: operator / " in second
+
+
+def test_a_sample_clip_gets_one_transcode_and_package_agenda(tmp_path):
+    sample = tmp_path / "media" / "sample.mp4"
+    sample.parent.mkdir()
+    sample.write_bytes(b"not really a clip: the worker would find out")
+    out = StringIO()
+
+    call_command(
+        "pop_demo", "--token-file", str(tmp_path / "token"), "--sample-media", str(sample),
+        stdout=out,
+    )  # fmt: skip
+
+    assert "Demo data ready (13 new agendas)." in out.getvalue()
+    agenda = AgendaProgress.objects.get(agenda__template__name="transcode-and-package").agenda
+    assert [operation["type"] for operation in agenda.operations] == [
+        "mediainfo",
+        "transcode",
+        "thumbnail",
+        "package",
+    ]
+    assert agenda.operations[0]["payload"] == {"input": str(sample)}
+    assert agenda.operations[3]["payload"]["output_dir"] == str(
+        tmp_path / "media" / "out" / "acme-sample" / "stream"
+    )

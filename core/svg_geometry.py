@@ -1,11 +1,94 @@
-"""Inline SVG geometry of an agenda's operations as a DAG (pure: rows in, boxes and edges out),
-so the template stays free of arithmetic."""
+"""The geometry of the pages' inline SVG pictures, pure (rows in, coordinates out) so the
+templates stay free of arithmetic: the overview's share bars and throughput sparkline, and an
+agenda's operations as a DAG coloured by state. Rows are read by attribute only: share rows
+need `label` and `executing`; operation rows `name`, `state`, `percent_complete`."""
 
+from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any
 
 from agenda_language.dependencies import operation_dependencies
-from agendas.models import OperationProgress
+
+
+@dataclass(frozen=True)
+class ShareBar:
+    label: str
+    executing: int
+    percent: float
+    y: int
+    width: float
+    is_other: bool
+
+
+SHARE_ROW = 24
+
+
+SHARE_LABEL = 96
+
+
+SHARE_BAR_MAX = 190
+
+
+def share_chart(shares: Sequence[Any]) -> dict:
+    """Horizontal bars, one per customer, scaled to the largest share."""
+    total = sum(share.executing for share in shares)
+    largest = max((share.executing for share in shares), default=0)
+    bars = [
+        ShareBar(
+            label=share.label or "other customers",
+            executing=share.executing,
+            percent=100.0 * share.executing / total if total else 0.0,
+            y=index * SHARE_ROW,
+            width=max(2.0, SHARE_BAR_MAX * share.executing / largest) if largest else 0.0,
+            is_other=not share.label,
+        )
+        for index, share in enumerate(shares)
+    ]
+    return {
+        "bars": bars,
+        "total": total,
+        "height": max(SHARE_ROW, len(bars) * SHARE_ROW),
+        "width": SHARE_LABEL + 8 + SHARE_BAR_MAX + 62,
+        "label_width": SHARE_LABEL,
+        "bar_x": SHARE_LABEL + 8,
+        "bar_max": SHARE_BAR_MAX,
+        "text_x": SHARE_LABEL + 8 + SHARE_BAR_MAX + 6,
+    }
+
+
+SPARK_WIDTH = 360
+
+
+SPARK_HEIGHT = 64
+
+
+def sparkline(values: list[int]) -> dict:
+    """Polyline points (and a closed area) for per-minute counts, oldest on the left."""
+    peak = max(values, default=0)
+    count = len(values)
+    step = SPARK_WIDTH / (count - 1) if count > 1 else 0
+    usable = SPARK_HEIGHT - 8
+
+    def y_of(value: int) -> float:
+        return round(SPARK_HEIGHT - 4 - (usable * value / peak if peak else 0), 1)
+
+    points = [(round(index * step, 1), y_of(value)) for index, value in enumerate(values)]
+    line = " ".join(f"{x},{y}" for x, y in points)
+    area = f"0,{SPARK_HEIGHT} {line} {SPARK_WIDTH},{SPARK_HEIGHT}" if points else ""
+    last = points[-1] if points else (0, SPARK_HEIGHT)
+    return {
+        "width": SPARK_WIDTH,
+        "height": SPARK_HEIGHT,
+        "line": line,
+        "area": area,
+        "peak": peak,
+        "total": sum(values),
+        "last_value": values[-1] if values else 0,
+        "last_x": last[0],
+        "last_y": last[1],
+        "minutes": count,
+    }
+
 
 DAG_MAX_OPERATIONS = 300
 
@@ -85,7 +168,7 @@ def _ancestors(parents: dict[str, list[str]]) -> dict[str, set[str]]:
     return found
 
 
-def dag_layout(rows: list[OperationProgress], operations: Any) -> dict | None:
+def dag_layout(rows: Sequence[Any], operations: Any) -> dict | None:
     """Columns by dependency depth, left to right; edges after transitive reduction."""
     if not rows or len(rows) > DAG_MAX_OPERATIONS:
         return None
@@ -122,7 +205,7 @@ def dag_layout(rows: list[OperationProgress], operations: Any) -> dict | None:
 
     for name in names:
         depth_of(name, frozenset())
-    columns: dict[int, list[OperationProgress]] = {}
+    columns: dict[int, list[Any]] = {}
     for row in rows:
         columns.setdefault(depth[row.name], []).append(row)
     tallest = max(len(column) for column in columns.values())
