@@ -28,13 +28,9 @@ from scheduling.api.puller_serializers import (
     ReportSerializer,
     pull_response_data,
 )
+from scheduling.generated_operations import execution_add_operations
 from scheduling.pull import insight_pull
-from scheduling.report import (
-    BatchItemResult,
-    execution_add_operations,
-    execution_report,
-    execution_report_batch,
-)
+from scheduling.report import BatchItemResult, execution_report, execution_report_batch
 
 LEASE_HEADER = "X-POP-Lease"
 LEASE_PARAMETER = OpenApiParameter(
