@@ -228,6 +228,9 @@ class Execution(models.Model):
         PAUSED = "paused", "paused"
         RECLAIMED = "reclaimed", "reclaimed"
         TIMED_OUT = "timed_out", "timed out"
+        # The lease ran out without a single report: the pull's answer was most likely lost,
+        # so the agenda goes back to the queue without using an attempt.
+        UNANSWERED = "unanswered", "never reported"
 
     id = models.UUIDField(primary_key=True, default=uuid.uuid4, editable=False)
     agenda = models.ForeignKey(
@@ -243,6 +246,9 @@ class Execution(models.Model):
         "resourcepools.Insight", on_delete=models.PROTECT, related_name="executions"
     )
     worker = models.CharField(max_length=200, blank=True, default="")
+    # "<user id>:<request id>" of the pull that leased it: a repeated pull with the same id
+    # gets the same executions back instead of new ones (a lost answer is not lost work).
+    pull_request = models.CharField(max_length=100, blank=True, default="", db_default="")
     lease_token = models.UUIDField(default=uuid.uuid4, editable=False)
     lease_expires_at = models.DateTimeField()
     started_at = models.DateTimeField()
@@ -287,6 +293,11 @@ class Execution(models.Model):
                 fields=["insight"],
                 condition=Q(outcome__isnull=True),
                 name="execution_open_insight",
+            ),
+            models.Index(
+                fields=["pull_request"],
+                condition=Q(outcome__isnull=True) & ~Q(pull_request=""),
+                name="execution_open_pull_request",
             ),
         ]
 

@@ -205,10 +205,16 @@ def agenda_pause(*, principal: Principal, agenda: Agenda) -> AgendaProgress:
 
 @transaction.atomic
 def agenda_resume(*, principal: Principal, agenda: Agenda) -> AgendaProgress:
-    """Resume a paused agenda: back to ready, keeping its finished operations."""
+    """Resume a paused agenda: back to ready, keeping its finished operations. On an executing
+    agenda whose pause was asked but not yet honoured, withdraw the request: its worker reads
+    `pause: false` in its next report answer and carries on."""
     require_role(principal, agenda.customer_id, Role.SUBMITTER)
     progress = _locked_progress(agenda)
     audit_record(action="agenda.resume", target=agenda, detail={"state": progress.state})
+    if progress.state == S.EXECUTING and progress.pause_requested:
+        progress.pause_requested = False
+        progress.save(update_fields=["pause_requested", "updated_at"])
+        return progress
     if progress.state != S.PAUSED:
         raise states.InvalidTransition(
             f"Agenda {agenda.pk} is {progress.state}; only a paused agenda can be resumed.",

@@ -96,7 +96,7 @@ def _agenda_actions(request: HttpRequest, agenda: Agenda) -> dict[str, bool]:
         "abort": state not in TERMINAL and not (executing and progress.abort_requested),
         "pause": state in (State.PENDING, State.READY, State.QUEUED)
         or (executing and not progress.pause_requested),
-        "resume": state == State.PAUSED,
+        "resume": state == State.PAUSED or (executing and progress.pause_requested),
         "rerun": state in TERMINAL
         or state == State.PAUSED
         or (state == State.PENDING and progress.do_not_run),

@@ -102,8 +102,27 @@ def _rate_limited(progress: AgendaProgress, now: datetime) -> WaitingReason | No
     return None
 
 
+def _held_or_paused(progress: AgendaProgress) -> WaitingReason | None:
+    agenda = progress.agenda
+    if agenda.insight.paused:
+        return WaitingReason(
+            "insight_paused",
+            f"Insight {agenda.insight.name} is paused: nothing is queued or handed out there "
+            "until it is resumed.",
+            {"insight": agenda.insight.name},
+        )
+    if agenda.customer.held:
+        return WaitingReason(
+            "customer_held",
+            f"The customer {agenda.customer.slug} is held: none of its agendas is queued until "
+            "it is released.",
+            {"customer": agenda.customer.slug},
+        )
+    return None
+
+
 def _ready(progress: AgendaProgress, now: datetime) -> WaitingReason:
-    blocked = (
+    blocked = _held_or_paused(progress) or (
         _customer_at_cap(progress) or _insight_at_limit(progress) or _rate_limited(progress, now)
     )
     if blocked is not None:
@@ -129,6 +148,8 @@ def _ready(progress: AgendaProgress, now: datetime) -> WaitingReason:
 
 
 def _queued(progress: AgendaProgress) -> WaitingReason:
+    if progress.agenda.insight.paused:
+        return _held_or_paused(progress)
     entry = QueuedAgenda.objects.filter(agenda_id=progress.agenda_id).first()
     if entry is None:
         return WaitingReason("moving", "It is being handed to a worker right now.")

@@ -390,18 +390,24 @@ class PopClient(ApiSession):
         count: int = 1,
         worker: str = "popclient",
         wait_seconds: float = 0,
+        request_id: str | None = None,
     ) -> list[dict[str, Any]]:
         """Lease up to ``count`` queued agendas; long-polls up to ``wait_seconds``.
 
         Each item is ``{"agenda", "progress", "execution": {id, lease_token,
-        lease_expires_at, number}}``. Never retried once sent: a lost answer would mean
-        agendas leased to nobody until their lease expires.
+        lease_expires_at, lease_seconds, number}}``. With a ``request_id`` (new for every
+        pull) a lost answer is asked for again with the same id, and the server answers with
+        the executions it leased the first time; without one a pull is never retried (a lost
+        answer would lease agendas to nobody until their leases expire).
         """
+        fields: dict[str, Any] = {"count": count, "worker": worker, "wait_seconds": wait_seconds}
+        if request_id:
+            fields["request_id"] = request_id
         body = self.request(
             "POST",
             f"insights/{insight_id}/pull/",
-            json={"count": count, "worker": worker, "wait_seconds": wait_seconds},
-            idempotent=False,
+            json=fields,
+            idempotent=bool(request_id),
             timeout=max(self.timeout, float(wait_seconds) + 15.0),
         )
         if isinstance(body, dict):

@@ -208,6 +208,12 @@ class DagRunner:
             self._pause = True
         self._wake()
 
+    def withdraw_pause(self) -> None:
+        """The pause was withdrawn before the run stopped: start operations again."""
+        with self._lock:
+            self._pause = False
+        self._wake()
+
     @property
     def abort_requested(self) -> bool:
         return self._stop_outcome is not None

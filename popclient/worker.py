@@ -1,9 +1,7 @@
-"""The reference puller: long-poll pull, run agendas as DAGs, report progress (docs/design.md
-§6.3–§7).
-
-One :class:`Worker` pulls from one insight, runs up to ``concurrency`` agendas at once
-(each in its own :class:`~popclient.dag.DagRunner`), and reports through one reporter
-thread:
+"""The reference puller (docs/design.md §6.3–§7). One :class:`Worker` long-polls one insight
+(each pull with a new ``request_id``, so a lost answer is asked for again, not lost), runs up
+to ``concurrency`` agendas at once (a :class:`~popclient.dag.DagRunner` each), and reports
+through one reporter thread:
 
 - a report for an execution at least every ``lease_seconds / 3``, at once on every
   operation state change, and progress-only changes within ``progress_interval`` seconds;
@@ -20,11 +18,9 @@ endpoint ``executions/report/``, all those due at the same moment in one call.
 Shutdown (:meth:`Worker.stop`, SIGTERM in the CLI): stop pulling, let running agendas
 finish for up to ``drain_seconds``, then hand back what still runs: its handlers are
 cancelled and it is reported ``failed`` (message "worker W shut down; handed back for
-retry"), so the server retries it at the point of failure (succeeded operations are
-kept). ``paused`` is deliberately not used: a paused agenda waits for a person to resume it.
-
-Run it in a thread for tests: ``Worker(client, insight).run()`` returns an exit code;
-``stop()`` from another thread.
+retry"), so the server retries it at the point of failure (succeeded operations are kept);
+not ``paused``, which waits for a person. In tests: ``Worker(client, insight).run()`` in a
+thread returns an exit code; ``stop()`` from another thread ends it.
 """
 
 from __future__ import annotations
@@ -35,6 +31,7 @@ import re
 import socket
 import threading
 import time
+import uuid
 from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any
@@ -361,7 +358,11 @@ class Worker:
                 pull_started = time.monotonic()
                 try:
                     items = self.client.pull(
-                        insight_id, count=count, worker=self.name, wait_seconds=self.wait_seconds
+                        insight_id,
+                        count=count,
+                        worker=self.name,
+                        wait_seconds=self.wait_seconds,
+                        request_id=uuid.uuid4().hex,  # a lost answer can be asked again
                     )
                 except (Unauthorized, Forbidden, NotFound, ValidationFailed) as exc:
                     log.error("pull refused, stopping: %s", exc)
@@ -408,12 +409,7 @@ class Worker:
             self._runs[run.execution_id] = run
             self.pulled += 1
             self._cond.notify_all()
-        log.info(
-            "agenda %s: execution %s, lease %.0fs",
-            run.agenda_id,
-            run.execution_id,
-            run.lease_seconds,
-        )
+        log.info("agenda %s: execution %s", run.agenda_id, run.execution_id)
         run.thread.start()
 
     def _drain(self) -> None:
@@ -589,6 +585,9 @@ class Worker:
         if pause and not run.runner.pause_requested and run.result is None:
             log.info("agenda %s: pause requested by the server", run.agenda_id)
             run.runner.request_pause()
+        elif answer is not None and not pause and run.runner.pause_requested and not run.result:
+            log.info("agenda %s: pause withdrawn by the server", run.agenda_id)
+            run.runner.withdraw_pause()
 
     def _finish(self, run: AgendaRun, outcome: str) -> None:
         run.done = True

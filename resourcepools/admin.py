@@ -20,8 +20,9 @@ class CustomerAdmin(OwnedRowAdmin):
         "weight",
         "max_executing",
         "rate_limit",
+        "held",
     ]
-    list_filter = ["is_active", "resource_pool"]
+    list_filter = ["is_active", "held", "resource_pool"]
     search_fields = ["name", "slug", "link_id"]
     prepopulated_fields = {"slug": ["name"]}
     inlines = [MembershipInline]
@@ -50,6 +51,7 @@ class InsightInline(admin.StackedInline):
         "execution_limit",
         "rate_limit",
         "rate_period_seconds",
+        "paused",
     ]
 
 
@@ -72,7 +74,8 @@ class InsightAdmin(OwnedRowAdmin):
         "is_global",
         "execution_limit",
         "rate_limit",
+        "paused",
     ]
-    list_filter = ["resource_pool", "scheduling_algorithm", "is_global"]
+    list_filter = ["resource_pool", "scheduling_algorithm", "is_global", "paused"]
     search_fields = ["name", "resource_pool__name", "link_id"]
     filter_horizontal = ["allowed_customers"]

@@ -31,6 +31,10 @@ class Customer(OwnedModel):
         help_text="At most this many agendas started (queued by a fill) per rate period, on "
         "all insights together; empty = no limit.",
     )
+    held = models.BooleanField(
+        default=False,
+        help_text="Held: none of its agendas is queued (they stay ready) until released.",
+    )
     rate_period_seconds = models.PositiveIntegerField(
         default=60, validators=[MinValueValidator(1)], help_text="The rate limit's period."
     )
@@ -131,6 +135,10 @@ class Insight(OwnedModel):
         blank=True,
         validators=[MinValueValidator(1)],
         help_text="At most this many agendas started (queued) per rate period; empty = none.",
+    )
+    paused = models.BooleanField(
+        default=False,
+        help_text="Paused: its queue is not filled and pulls get nothing; executing work finishes.",
     )
     rate_period_seconds = models.PositiveIntegerField(
         default=60, validators=[MinValueValidator(1)], help_text="The rate limit's period."

@@ -29,7 +29,7 @@ from resourcepools.selectors import (
 
 Role = Membership.Role
 #: What a customer admin may change on its own customer; the rest is the operator's (staff).
-CUSTOMER_ADMIN_FIELDS = frozenset({"callback_url", "callback_secret", "link_id"})
+CUSTOMER_ADMIN_FIELDS = frozenset({"callback_url", "callback_secret", "link_id", "held"})
 
 
 def require_staff(principal: Principal) -> None:
@@ -89,7 +89,8 @@ def customer_create(*, principal: Principal, cid: str = "", **fields: Any) -> Cu
 
 @transaction.atomic
 def customer_update(*, principal: Principal, customer: Customer, **fields: Any) -> Customer:
-    """Change a customer: staff anything, the customer's admin only its callback settings."""
+    """Change a customer: staff anything, the customer's admin only its callback settings and
+    whether it is held."""
     if not principal_is_staff(principal):
         require_role(principal, customer.pk, Role.ADMIN)
         refused = sorted(set(fields) - CUSTOMER_ADMIN_FIELDS)

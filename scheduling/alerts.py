@@ -7,7 +7,8 @@ customers' work on it), else the rule's customer (its work on every insight):
 - `oldest_ready_age`: seconds since the oldest ready agenda became ready;
 - `failure_ratio`: of the executions that ended in the last `window_seconds` with a result
   that counts as an attempt, the share that failed (failed, reclaimed or timed out);
-- `reclaims`: executions reclaimed (lease expired) in the last `window_seconds`.
+- `reclaims`: executions whose lease expired (reclaimed, or unanswered: never reported) in the
+  last `window_seconds`.
 
 Above `threshold` an alert opens and its rule notifies once; while it stays open nothing more
 is sent (its value is kept current). When the value is back at or below the threshold the
@@ -76,7 +77,10 @@ def rule_measure(rule: AlertRule, *, now: datetime) -> float:
     if rule.kind == Kind.RECLAIMS:
         return float(
             Execution.objects.filter(
-                scope, outcome=Outcome.RECLAIMED, ended_at__gt=since, ended_at__lte=now
+                scope,
+                outcome__in=(Outcome.RECLAIMED, Outcome.UNANSWERED),
+                ended_at__gt=since,
+                ended_at__lte=now,
             ).count()
         )
     raise ValueError(f"unknown alert rule kind {rule.kind!r}")

@@ -60,8 +60,8 @@ def insight_fill(*, insight_id: object, now: datetime | None = None) -> FillResu
         if not insight_fill_try_lock(insight_id):
             return FillResult(insight_id=insight_id, skipped=True)
         insight = Insight.objects.filter(pk=insight_id).first()
-        if insight is None:
-            return FillResult(insight_id=insight_id)  # deleted since the nudge
+        if insight is None or insight.paused:
+            return FillResult(insight_id=insight_id)  # deleted since the nudge, or paused
         info, _ = InsightScheduleInfo.objects.select_for_update().get_or_create(insight=insight)
         room = _fill_room(insight)
         insight_bucket, insight_tokens = rate_limits.insight_tokens(insight, now=now)
@@ -75,10 +75,13 @@ def insight_fill(*, insight_id: object, now: datetime | None = None) -> FillResu
             return FillResult(insight_id=insight_id, room=room)
         customers = {
             pk: (weight, cap)
-            for pk, weight, cap in Customer.objects.filter(pk__in=customer_ids).values_list(
-                "pk", "weight", "max_executing"
-            )
+            for pk, weight, cap in Customer.objects.filter(
+                pk__in=customer_ids, held=False
+            ).values_list("pk", "weight", "max_executing")
         }
+        customer_ids = [pk for pk in customer_ids if pk in customers]  # held ones wait
+        if not customer_ids:
+            return FillResult(insight_id=insight_id, room=room)
         allowance = _cap_allowance(
             {pk: cap for pk, (_, cap) in customers.items() if cap is not None}
         )
@@ -155,7 +158,8 @@ def insight_fill(*, insight_id: object, now: datetime | None = None) -> FillResu
 def insights_to_fill() -> list[object]:
     """Ids of the insights whose queue has room and that have ready work (the periodic fill)."""
     return list(
-        Insight.objects.annotate(queued=Count("queued_agendas"))
+        Insight.objects.filter(paused=False)
+        .annotate(queued=Count("queued_agendas"))
         .filter(queued__lt=F("queue_size"))
         .filter(Exists(ReadyAgenda.objects.filter(insight_id=OuterRef("pk"))))
         .values_list("pk", flat=True)

@@ -101,6 +101,12 @@ class DatabaseCollector(Collector):
                     family.add_metric([label(insights, insight_id)], count)
             yield family
 
+        paused = GaugeMetricFamily(
+            "pop_insight_paused", "1 while an insight is paused, else 0.", labels=["insight"]
+        )
+        for name, is_paused in Insight.objects.values_list("name", "paused"):
+            paused.add_metric([name], 1 if is_paused else 0)
+        yield paused
         size = GaugeMetricFamily("pop_queue_size", "Configured queue depth.", labels=["insight"])
         for _, name, queue_size in insight_rows:
             size.add_metric([name], queue_size)

@@ -55,22 +55,33 @@ def insight_pull(
     worker: str = "",
     count: int = 1,
     wait_seconds: float = 0.0,
+    request_id: str = "",
 ) -> list[PulledAgenda]:
     """Lease up to `count` queued agendas of `insight` to `worker`, long-polling `wait_seconds`.
 
     Each check is one short transaction (queue + progress rows locked with SKIP LOCKED). The
     wait happens outside any transaction and without a database connection: it is closed
     between checks, so a thousand idle pullers hold no connections.
+
+    With a `request_id`, a pull repeated with the same id by the same user (its answer was
+    lost) gets the executions the first one leased, still open, instead of new ones.
     """
     require_role(principal, insight.resource_pool.owner_id, Membership.Role.WORKER)
     if not 1 <= count <= MAX_PULL_COUNT:
         raise ValidationError({"count": [f"Must be between 1 and {MAX_PULL_COUNT}."]})
     if not 0 <= wait_seconds <= MAX_WAIT_SECONDS:
         raise ValidationError({"wait_seconds": [f"Must be between 0 and {MAX_WAIT_SECONDS:g}."]})
+    pull_request = f"{principal.pk}:{request_id}" if request_id else ""
+    if pull_request:
+        again = pulled_before(insight=insight, pull_request=pull_request)
+        if again:
+            return again
     deadline = time.monotonic() + wait_seconds
     pause = float(getattr(settings, "POP_PULL_POLL_SECONDS", 0.05))
     while True:
-        pulled = insight_pull_once(insight=insight, worker=worker, count=count)
+        pulled = insight_pull_once(
+            insight=insight, worker=worker, count=count, pull_request=pull_request
+        )
         left = deadline - time.monotonic()
         if pulled or left <= 0:
             metrics.PULLS.labels(insight.name).inc()
@@ -81,25 +92,25 @@ def insight_pull(
         pause = min(pause * 2, 0.5)
 
 
-def insight_pull_once(*, insight: Insight, worker: str, count: int) -> list[PulledAgenda]:
-    """One claim: lease up to `count` agendas in queue order, then read their operations.
+def pulled_before(*, insight: Insight, pull_request: str) -> list[PulledAgenda]:
+    """The still-open executions an earlier pull with this request leased, as it answered
+    them (an index probe on open executions: nothing when there are none)."""
+    executions = list(
+        Execution.objects.filter(
+            insight_id=insight.pk, pull_request=pull_request, outcome__isnull=True
+        )
+        .select_related("agenda__customer", "agenda__progress")
+        .order_by("pk")
+    )
+    return _with_operations([(execution.agenda.progress, execution) for execution in executions])
 
-    The claim (`states.queue_claim`) locks the claimed queue and progress rows, and nudges a
-    fill when it leaves the queue under half full or finds it empty while work is ready.
-    """
-    started = time.perf_counter()
-    now = timezone.now()
-    with transaction.atomic():
-        claimed = states.queue_claim(insight=insight, count=count, worker=worker, now=now)
-    if not claimed:
-        return []
+
+def _with_operations(claimed: list[tuple[AgendaProgress, Execution]]) -> list[PulledAgenda]:
     operations: dict[object, list[OperationProgress]] = {}
     for operation in OperationProgress.objects.filter(
         agenda_progress_id__in=[progress.pk for progress, _ in claimed]
     ).order_by("agenda_progress_id", "position"):
         operations.setdefault(operation.agenda_progress_id, []).append(operation)
-    metrics.PULL_LATENCY.labels(insight.name).observe(time.perf_counter() - started)
-    metrics.PULLED_AGENDAS.labels(insight.name).inc(len(claimed))
     return [
         PulledAgenda(
             agenda=progress.agenda,
@@ -109,3 +120,25 @@ def insight_pull_once(*, insight: Insight, worker: str, count: int) -> list[Pull
         )
         for progress, execution in claimed
     ]
+
+
+def insight_pull_once(
+    *, insight: Insight, worker: str, count: int, pull_request: str = ""
+) -> list[PulledAgenda]:
+    """One claim: lease up to `count` agendas in queue order, then read their operations.
+
+    The claim (`states.queue_claim`) locks the claimed queue and progress rows, and nudges a
+    fill when it leaves the queue under half full or finds it empty while work is ready.
+    """
+    started = time.perf_counter()
+    now = timezone.now()
+    with transaction.atomic():
+        claimed = states.queue_claim(
+            insight=insight, count=count, worker=worker, now=now, pull_request=pull_request
+        )
+    if not claimed:
+        return []
+    pulled = _with_operations(claimed)
+    metrics.PULL_LATENCY.labels(insight.name).observe(time.perf_counter() - started)
+    metrics.PULLED_AGENDAS.labels(insight.name).inc(len(claimed))
+    return pulled

@@ -57,14 +57,25 @@ def executions_reclaim(*, now: datetime | None = None, limit: int = 1000) -> int
                 f"lease expired: no report from worker {execution.worker or '(unnamed)'} "
                 f"since {since.isoformat()}"
             )
-            _end_abandoned(
-                progress, execution, Outcome.RECLAIMED, reason, code="lease_expired", now=now
-            )
+            outcome = _reclaim_outcome(progress, execution)
+            _end_abandoned(progress, execution, outcome, reason, code="lease_expired", now=now)
             reclaimed += 1
     if reclaimed:
         metrics.RECLAIMS.inc(reclaimed)
         logger.info("reclaimed %d execution(s) with expired leases", reclaimed)
     return reclaimed
+
+
+def _reclaim_outcome(progress: AgendaProgress, execution: Execution) -> str:
+    """`unanswered` (no attempt used) for an execution that never reported — its pull's answer
+    was most likely lost — up to `max_attempts` times per agenda, so a worker that dies on an
+    agenda before its first report cannot loop it forever; `reclaimed` otherwise."""
+    if execution.last_report_at is not None or progress.abort_requested:
+        return Outcome.RECLAIMED
+    earlier = Execution.objects.filter(
+        agenda_id=execution.agenda_id, outcome=Outcome.UNANSWERED
+    ).count()
+    return Outcome.UNANSWERED if earlier < progress.agenda.max_attempts else Outcome.RECLAIMED
 
 
 def executions_time_out(*, now: datetime | None = None, limit: int = 1000) -> int:

@@ -248,6 +248,8 @@ class WaitingReasonSerializer(serializers.Serializer):
             "customer_at_max_executing",
             "insight_at_execution_limit",
             "rate_limited",
+            "insight_paused",
+            "customer_held",
             "ready",
             "queued",
             "moving",

@@ -18,7 +18,12 @@ from resourcepools.models import Customer, Insight
 
 
 def executions_start(
-    *, progresses: list[AgendaProgress], insight: Insight, worker: str, now: datetime
+    *,
+    progresses: list[AgendaProgress],
+    insight: Insight,
+    worker: str,
+    now: datetime,
+    pull_request: str = "",
 ) -> list[Execution]:
     """Pull, portable form: move locked, claimed (queue row deleted) agendas to executing with a
     new lease each. PostgreSQL claims in one statement instead (`_queue_claim_postgresql`).
@@ -45,6 +50,7 @@ def executions_start(
             number=(highest.get(progress.agenda_id) or 0) + 1,
             insight_id=insight.pk,
             worker=worker,
+            pull_request=pull_request,
             lease_expires_at=lease_expires_at,
             started_at=now,
         )
@@ -79,7 +85,7 @@ def executions_start(
 
 
 def queue_claim(
-    *, insight: Insight, count: int, worker: str, now: datetime
+    *, insight: Insight, count: int, worker: str, now: datetime, pull_request: str = ""
 ) -> list[tuple[AgendaProgress, Execution]]:
     """Pull: lease up to `count` queued agendas of `insight` in queue order (docs/design.md §6.3).
 
@@ -98,10 +104,12 @@ def queue_claim(
     """
     if connection.vendor == "postgresql":
         claimed, queued_before, ready = _queue_claim_postgresql(
-            insight=insight, count=count, worker=worker, now=now
+            insight=insight, count=count, worker=worker, now=now, pull_request=pull_request
         )
     else:
-        claimed = _queue_claim_portable(insight=insight, count=count, worker=worker, now=now)
+        claimed = _queue_claim_portable(
+            insight=insight, count=count, worker=worker, now=now, pull_request=pull_request
+        )
         queued_before = QueuedAgenda.objects.filter(insight_id=insight.pk).count() + len(claimed)
         ready = (
             not claimed
@@ -123,6 +131,7 @@ WITH picked AS (
     FROM {queue} q
     JOIN {progress} p ON p.agenda_id = q.agenda_id AND p.state = %(queued)s
     WHERE q.insight_id = %(insight)s
+      AND NOT EXISTS (SELECT 1 FROM {insight} i WHERE i.id = %(insight)s AND i.paused)
     ORDER BY q.position
     LIMIT %(count)s
     FOR UPDATE OF q, p SKIP LOCKED
@@ -131,11 +140,13 @@ WITH picked AS (
     RETURNING q.id
 ), started AS (
     INSERT INTO {execution} AS e (id, agenda_id, customer_id, link_id, cid, number, insight_id,
-        worker, lease_token, lease_expires_at, started_at, diagnostics, created_at, updated_at)
+        worker, pull_request, lease_token, lease_expires_at, started_at, diagnostics, created_at,
+        updated_at)
     SELECT gen_random_uuid(), picked.agenda_id, picked.customer_id, picked.link_id, picked.cid,
         coalesce((SELECT max(x.number) FROM {execution} x
                   WHERE x.agenda_id = picked.agenda_id), 0) + 1,
-        %(insight)s, %(worker)s, gen_random_uuid(), %(lease_expires_at)s, %(now)s,
+        %(insight)s, %(worker)s, %(pull_request)s, gen_random_uuid(), %(lease_expires_at)s,
+        %(now)s,
         '[]'::jsonb, %(now)s, %(now)s
     FROM picked JOIN claimed ON claimed.id = picked.queue_id
     RETURNING e.*
@@ -173,6 +184,7 @@ def _claim_statement(vendor: str) -> tuple[str, list[RowLoader]]:
     ]
     quote = connection.ops.quote_name
     sql = _CLAIM_SQL.format(
+        insight=quote(Insight._meta.db_table),
         queue=quote(QueuedAgenda._meta.db_table),
         progress=quote(AgendaProgress._meta.db_table),
         execution=quote(Execution._meta.db_table),
@@ -186,7 +198,7 @@ def _claim_statement(vendor: str) -> tuple[str, list[RowLoader]]:
 
 
 def _queue_claim_postgresql(
-    *, insight: Insight, count: int, worker: str, now: datetime
+    *, insight: Insight, count: int, worker: str, now: datetime, pull_request: str
 ) -> tuple[list[tuple[AgendaProgress, Execution]], int, bool]:
     """The claim as one data-modifying CTE: lock queue and progress rows together (FOR UPDATE
     OF q, p SKIP LOCKED), delete the queue rows, insert the executions numbered max + 1 per
@@ -213,6 +225,7 @@ def _queue_claim_postgresql(
                 # Queue rows before the claim, counted up to what proves "not under half".
                 "probe": count + (insight.queue_size + 1) // 2,
                 "worker": worker,
+                "pull_request": pull_request,
                 "message": f"executing on {worker}" if worker else "executing",
                 "now": now,
                 "lease_expires_at": now + timedelta(seconds=insight.lease_seconds),
@@ -238,8 +251,10 @@ def _queue_claim_postgresql(
 
 
 def _queue_claim_portable(
-    *, insight: Insight, count: int, worker: str, now: datetime
+    *, insight: Insight, count: int, worker: str, now: datetime, pull_request: str
 ) -> list[tuple[AgendaProgress, Execution]]:
+    if Insight.objects.filter(pk=insight.pk, paused=True).exists():
+        return []  # paused: nothing is handed out (PostgreSQL checks it in the claim itself)
     rows = list(
         QueuedAgenda.objects.filter(insight_id=insight.pk)
         .order_by("position")
@@ -266,5 +281,7 @@ def _queue_claim_portable(
         )
         claimed = {uuid.UUID(str(agenda_id)) for (agenda_id,) in cursor.fetchall()}
     ordered = [progresses[agenda_id] for _, agenda_id in rows if agenda_id in claimed]
-    executions = executions_start(progresses=ordered, insight=insight, worker=worker, now=now)
+    executions = executions_start(
+        progresses=ordered, insight=insight, worker=worker, now=now, pull_request=pull_request
+    )
     return list(zip(ordered, executions, strict=True))

@@ -476,6 +476,16 @@ def execution_end(
     if outcome == Outcome.PAUSED or progress.pause_requested:
         transition(progress, S.PAUSED, message=message or "paused", now=now, extra_fields=extra)
         return progress.state
+    if outcome == Outcome.UNANSWERED:  # not an attempt: straight back to the queue
+        transition(
+            progress,
+            S.PENDING,
+            message=f"returned to the queue, no attempt used: {message}",
+            now=now,
+            extra_fields=extra,
+        )
+        transition(progress, S.READY, now=now)
+        return progress.state
     attempt, allowed = progress.attempts_completed, progress.agenda.max_attempts
     if outcome == Outcome.FAILED and not retryable:
         entry = diagnostic(

@@ -53,6 +53,7 @@ class CustomerSerializer(serializers.ModelSerializer):
             "max_executing",
             "rate_limit",
             "rate_period_seconds",
+            "held",
             "callback_url",
             "callback_secret",
             "has_callback_secret",
@@ -221,6 +222,7 @@ class InsightSerializer(serializers.ModelSerializer):
             "execution_limit",
             "rate_limit",
             "rate_period_seconds",
+            "paused",
         ]
         read_only_fields = OWNED_READ_ONLY
         validators: list = []  # (pool, name) uniqueness is the service's (IntegrityError)

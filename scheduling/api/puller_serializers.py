@@ -28,6 +28,13 @@ class PullRequestSerializer(serializers.Serializer):
         max_value=MAX_WAIT_SECONDS,
         help_text="Long-poll up to this long (0 to 20 s) when the queue is empty.",
     )
+    request_id = serializers.CharField(
+        required=False,
+        allow_blank=True,
+        max_length=64,
+        help_text="Chosen by the puller, new for every pull; repeating a pull with the same id "
+        "(its answer was lost) returns the executions the first one leased, not new ones.",
+    )
 
 
 class DiagnosticInputSerializer(serializers.Serializer):

@@ -9,21 +9,12 @@ from django.utils import timezone
 
 from agendas import states
 from agendas.models import AgendaProgress
-from agendas.states import ALLOWED, S
+from agendas.states import ALLOWED
 from agendas.states.machine import entry_sql, entry_update
+from tests.agendas.test_states import PATHS
 
 pytestmark = pytest.mark.django_db
 
-PATHS = {
-    S.READY: [],
-    S.PENDING: [S.QUEUED, S.EXECUTING, S.PENDING],
-    S.QUEUED: [S.QUEUED],
-    S.EXECUTING: [S.QUEUED, S.EXECUTING],
-    S.PAUSED: [S.PAUSED],
-    S.SUCCEEDED: [S.QUEUED, S.EXECUTING, S.SUCCEEDED],
-    S.FAILED: [S.QUEUED, S.EXECUTING, S.FAILED],
-    S.ABORTED: [S.ABORTED],
-}
 COMPARED = [
     "state",
     "abort_requested",

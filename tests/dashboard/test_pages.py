@@ -297,6 +297,21 @@ def test_pause_then_resume_buttons_move_the_agenda(client_for, submitter, world)
     assert "Agenda resumed" in text_of(resumed)
 
 
+def test_a_pause_the_worker_has_not_honoured_can_be_withdrawn_from_the_page(
+    client_for, submitter, world
+):
+    agenda = world["executing"]
+    client = client_for(submitter)
+    client.post(f"/agendas/{agenda.pk}/pause/")
+
+    offered = text_of(client.get(f"/agendas/{agenda.pk}/"))
+    client.post(f"/agendas/{agenda.pk}/resume/")
+
+    assert "Withdraw the pause" in offered
+    progress = AgendaProgress.objects.get(agenda=agenda)
+    assert (progress.state, progress.pause_requested) == ("executing", False)
+
+
 def test_rerun_reset_all_of_a_succeeded_agenda_makes_it_ready(client_for, submitter, world):
     agenda = world["succeeded"]
 

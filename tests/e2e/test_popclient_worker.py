@@ -6,7 +6,6 @@ retried at the point of failure: its first operation's handler runs only once an
 result is reused.
 """
 
-import subprocess
 import threading
 from collections import Counter
 
@@ -21,6 +20,7 @@ from popclient import PopClient
 from popclient.handlers import HandlerError, HandlerRegistry, default_registry
 from popclient.worker import Worker
 from popsite.demo import PACKAGE_SCHEMA, PACKAGE_TEMPLATE
+from tests.media import generated_clip
 
 pytestmark = pytest.mark.django_db(transaction=True)
 
@@ -108,6 +108,26 @@ def test_the_popclient_worker_runs_agendas_and_resumes_a_retry_at_the_point_of_f
     }
 
 
+def _one_agenda_by_a_real_worker(live_server, worker, insight) -> int:
+    """Run the reference worker with the built-in handlers for one agenda; its exit code."""
+    token = token_issue(principal=SYSTEM, user=worker.user, name="e2e-media").key
+    client = PopClient(live_server.url, token)
+    puller = Worker(
+        client,
+        str(insight.pk),
+        registry=default_registry(),
+        name="media-worker",
+        wait_seconds=1,
+        max_agendas=1,
+        idle_exit_seconds=10,
+    )
+    try:
+        return puller.run()
+    finally:
+        client.close()
+        connection.close()
+
+
 def test_a_permanent_failure_fails_the_agenda_after_one_execution_with_attempts_left(
     live_server, settings, submitter, submit_agenda, insight, worker, tmp_path
 ):
@@ -122,21 +142,7 @@ def test_a_permanent_failure_fails_the_agenda_after_one_execution_with_attempts_
         retry_delay_seconds=0,
         operations=[{"name": "probe", "type": "mediainfo", "payload": {"input": str(missing)}}],
     )
-    token = token_issue(principal=SYSTEM, user=worker.user, name="e2e-permanent").key
-    client = PopClient(live_server.url, token)
-    puller = Worker(
-        client,
-        str(insight.pk),
-        registry=default_registry(),
-        name="ref-worker",
-        wait_seconds=1,
-        max_agendas=1,
-        idle_exit_seconds=5,
-    )
-
-    puller.run()
-    client.close()
-    connection.close()
+    assert _one_agenda_by_a_real_worker(live_server, worker, insight) == 0
 
     progress = AgendaProgress.objects.get(agenda=agenda)
     assert progress.state == "failed"
@@ -156,16 +162,7 @@ def test_the_demo_transcode_and_package_template_runs_end_to_end_on_a_real_clip(
     and HLS + DASH packaging of a generated clip, pulled and reported over HTTP."""
     settings.POP_FILL_NUDGE = "sync"
     settings.POP_FILL_NUDGE_MIN_INTERVAL = 0
-    clip = tmp_path / "clip.mp4"
-    subprocess.run(
-        [
-            "ffmpeg", "-hide_banner", "-loglevel", "error", "-y",
-            "-f", "lavfi", "-i", "testsrc=duration=3:size=320x240:rate=25",
-            "-f", "lavfi", "-i", "sine=frequency=440:duration=3",
-            "-c:v", "libx264", "-pix_fmt", "yuv420p", "-c:a", "aac", "-shortest", str(clip),
-        ],
-        check=True,
-    )  # fmt: skip
+    clip = generated_clip(tmp_path / "clip.mp4", seconds=3, size="320x240")
     template = agenda_template_create(
         principal=admin_member.user,
         customer=admin_member.customer,
@@ -180,21 +177,7 @@ def test_the_demo_transcode_and_package_template_runs_end_to_end_on_a_real_clip(
         customer=submitter.customer,
         payload={"input": str(clip), "output_dir": str(out)},
     )
-    token = token_issue(principal=SYSTEM, user=worker.user, name="e2e-package").key
-    client = PopClient(live_server.url, token)
-    puller = Worker(
-        client,
-        str(insight.pk),
-        registry=default_registry(),
-        name="media-worker",
-        wait_seconds=1,
-        max_agendas=1,
-        idle_exit_seconds=10,
-    )
-
-    assert puller.run() == 0
-    client.close()
-    connection.close()
+    assert _one_agenda_by_a_real_worker(live_server, worker, insight) == 0
 
     progress = AgendaProgress.objects.get(agenda=agenda)
     assert (progress.state, progress.percent_complete) == ("succeeded", 100.0)

@@ -609,7 +609,9 @@ def test_worker_command_runs_until_idle_and_exits_0():
     )  # fmt: skip
 
     assert code == 0
-    assert server.body(0) == {"count": 1, "worker": "w1", "wait_seconds": 0.0}
+    body = server.body(0)
+    assert len(body.pop("request_id")) == 32  # a new id per pull: a lost answer can be re-asked
+    assert body == {"count": 1, "worker": "w1", "wait_seconds": 0.0}
 
 
 def test_worker_with_a_bad_token_exits_1():

@@ -323,3 +323,41 @@ def test_endpoint_paths_and_bodies():
     assert server.body(2) == {"mode": "reset_all"}
     assert server.body(5) == {"link_id": "L", "payload": {"v": 1}}
     assert server.requests[-1].url.params["link_id"] == "L"
+
+
+def test_a_pull_with_a_request_id_is_asked_again_after_a_lost_answer():
+    answers = iter([httpx.ReadError("connection reset"), None])
+    bodies = []
+
+    def transport(request):
+        bodies.append(json.loads(request.content))
+        answer = next(answers)
+        if isinstance(answer, Exception):
+            raise answer
+        return httpx.Response(200, json={"agendas": [{"execution": {"id": "e1"}}]})
+
+    client = PopClient(
+        "http://pop.test", "t", transport=httpx.MockTransport(transport), sleep=lambda s: None
+    )
+
+    items = client.pull("i1", count=1, worker="w", request_id="r-7")
+
+    assert items == [{"execution": {"id": "e1"}}]
+    assert [body["request_id"] for body in bodies] == ["r-7", "r-7"]
+
+
+def test_a_pull_without_a_request_id_is_never_sent_twice():
+    calls = []
+
+    def transport(request):
+        calls.append(request)
+        raise httpx.ReadError("connection reset after the request was sent")
+
+    client = PopClient(
+        "http://pop.test", "t", transport=httpx.MockTransport(transport), sleep=lambda s: None
+    )
+
+    with pytest.raises(PopError):
+        client.pull("i1", count=1, worker="w")
+
+    assert len(calls) == 1

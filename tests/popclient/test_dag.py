@@ -580,3 +580,24 @@ def test_a_lost_lease_starts_nothing_and_ends_the_run():
         "a": "waiting",
         "b": "waiting",
     }
+
+
+def test_a_withdrawn_pause_lets_the_run_go_on():
+    recorder = Recorder()
+    runner = DagRunner(
+        {
+            "id": "agenda-1",
+            "operations": [
+                op("a", "timed", {"seconds": 0.4}),
+                op("b", "timed", {"seconds": 0.01}, depends_on=["a"]),
+            ],
+        },
+        registry=recorder.registry(),
+    )
+    threading.Timer(0.1, runner.request_pause).start()
+    threading.Timer(0.2, runner.withdraw_pause).start()
+
+    result = runner.run()
+
+    assert result.state == "succeeded"
+    assert recorder.calls == ["a", "b"]

@@ -28,6 +28,7 @@ from popclient.handlers import (
     thumbnail_handler,
     transcode_handler,
 )
+from tests.media import generated_clip
 
 FFMPEG = shutil.which("ffmpeg") is not None and shutil.which("ffprobe") is not None
 
@@ -396,17 +397,7 @@ def test_registry_has_builtins_and_loads_a_handlers_module(tmp_path, monkeypatch
 @pytest.fixture
 def clip(tmp_path):
     """A 2 s 160x120 clip with audio, made by ffmpeg (only when ffmpeg is installed)."""
-    path = tmp_path / "clip.mp4"
-    subprocess.run(
-        [
-            "ffmpeg", "-hide_banner", "-loglevel", "error", "-y",
-            "-f", "lavfi", "-i", "testsrc=duration=2:size=160x120:rate=25",
-            "-f", "lavfi", "-i", "sine=frequency=440:duration=2",
-            "-c:v", "libx264", "-pix_fmt", "yuv420p", "-c:a", "aac", "-shortest", str(path),
-        ],
-        check=True,
-    )  # fmt: skip
-    return path
+    return generated_clip(tmp_path / "clip.mp4")
 
 
 @pytest.fixture

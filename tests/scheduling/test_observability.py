@@ -54,6 +54,7 @@ def test_metrics_report_queue_levels_per_insight_and_customer_when_asked(
     assert samples[("pop_queued_agendas", labels)] == 1
     assert samples[("pop_executing_agendas", labels)] == 1
     assert samples[("pop_queue_size", (("insight", "mediainfo"),))] == 2
+    assert samples[("pop_insight_paused", (("insight", "mediainfo"),))] == 0
     assert samples[("pop_oldest_ready_age_seconds", (("insight", "mediainfo"),))] >= 0
     assert samples[("pop_pulled_agendas_total", (("insight", "mediainfo"),))] >= 1
     assert ("pop_reports_total", (("result", "progress"),)) in samples

@@ -243,3 +243,62 @@ def test_long_poll_returns_work_that_arrives_and_holds_no_connection_while_waiti
     assert connected_while_sleeping
     if connection.vendor == "postgresql":  # Django keeps in-memory SQLite test databases open
         assert not any(connected_while_sleeping)
+
+
+def test_a_pull_repeated_with_its_request_id_gets_the_same_executions_not_new_ones(
+    submitter, submit_agenda, insight, fill, worker
+):
+    agendas = [submit_agenda(submitter) for _ in range(4)]
+    fill(insight)
+
+    def pull(request_id, principal=worker.user):
+        return pull_service.insight_pull(
+            principal=principal, insight=insight, worker="w", count=2, request_id=request_id
+        )
+
+    first = pull("r-1")
+    again = pull("r-1")  # the first answer was lost on the way
+    other = pull("r-2")
+
+    assert sorted((i.execution.pk, i.execution.lease_token) for i in again) == sorted(
+        (i.execution.pk, i.execution.lease_token) for i in first
+    )
+    assert {item.agenda.pk for item in other}.isdisjoint({item.agenda.pk for item in first})
+    assert Execution.objects.count() == 4
+    assert {item.agenda.pk for item in first + other} == {agenda.pk for agenda in agendas}
+
+
+def test_a_request_id_is_the_pulling_users_own(
+    submitter, submit_agenda, insight, fill, worker, pool_owner, make_principal
+):
+    for _ in range(2):
+        submit_agenda(submitter)
+    fill(insight)
+    colleague = make_principal(pool_owner, role="worker", username="worker-2")
+
+    mine = pull_service.insight_pull(
+        principal=worker.user, insight=insight, worker="w", count=1, request_id="same"
+    )
+    theirs = pull_service.insight_pull(
+        principal=colleague.user, insight=insight, worker="w2", count=1, request_id="same"
+    )
+
+    assert mine[0].execution.pk != theirs[0].execution.pk
+
+
+def test_a_request_id_of_a_finished_execution_leases_anew(
+    submitter, submit_agenda, insight, fill, worker, report
+):
+    for _ in range(2):
+        submit_agenda(submitter)
+    fill(insight)
+    (first,) = pull_service.insight_pull(
+        principal=worker.user, insight=insight, worker="w", count=1, request_id="r"
+    )
+    report(first, state="succeeded")
+
+    (second,) = pull_service.insight_pull(
+        principal=worker.user, insight=insight, worker="w", count=1, request_id="r"
+    )
+
+    assert second.execution.pk != first.execution.pk

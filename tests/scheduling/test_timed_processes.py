@@ -64,6 +64,30 @@ def test_expired_lease_is_reclaimed_into_a_retry_and_the_late_report_is_refused(
         report(pulled, state="succeeded")
 
 
+def test_a_lease_that_ran_out_without_a_single_report_returns_the_agenda_unspent(
+    submitter, submit_agenda, insight, fill, pull, report
+):
+    """The pull's answer was lost: no attempt is used and the agenda is queued again at once;
+    after max_attempts such losses the next one counts, so no agenda loops forever."""
+    agenda = submit_agenda(submitter, max_attempts=2, retry_delay_seconds=60)
+    outcomes = []
+    with time_machine.travel(timezone.now(), tick=False) as clock:
+        for _ in range(3):
+            fill(insight)
+            [pulled] = pull(insight)
+            clock.shift(timedelta(seconds=insight.lease_seconds + 1))
+            timed.executions_reclaim()
+            outcomes.append(Execution.objects.get(pk=pulled.execution.pk).outcome)
+            progress = AgendaProgress.objects.get(agenda=agenda)
+            if progress.state == "pending":
+                break
+            assert (progress.state, progress.attempts_completed) == ("ready", 0)
+            assert "no attempt used" in progress.message
+
+    assert outcomes == ["unanswered", "unanswered", "reclaimed"]
+    assert progress.attempts_completed == 1
+
+
 def test_heartbeats_keep_the_lease(submitter, submit_agenda, insight, fill, pull, report):
     submit_agenda(submitter)
     with time_machine.travel(timezone.now(), tick=False) as clock:
@@ -78,11 +102,12 @@ def test_heartbeats_keep_the_lease(submitter, submit_agenda, insight, fill, pull
 
 
 def test_reclaim_of_the_last_attempt_fails_the_agenda(
-    submitter, submit_agenda, insight, fill, pull
+    submitter, submit_agenda, insight, fill, pull, report
 ):
     agenda = submit_agenda(submitter, max_attempts=1)
     fill(insight)
-    pull(insight)
+    [pulled] = pull(insight)
+    report(pulled)  # the worker got the agenda; then it went silent
 
     with time_machine.travel(timezone.now() + timedelta(seconds=insight.lease_seconds + 1)):
         timed.executions_reclaim()
