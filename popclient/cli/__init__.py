@@ -25,6 +25,7 @@ from __future__ import annotations
 
 import argparse
 import logging
+import os
 import sys
 from collections.abc import Sequence
 from typing import TextIO
@@ -41,6 +42,7 @@ from popclient.cli import (
     worker,
 )
 from popclient.cli.base import (
+    EXIT_OK,
     EXIT_USAGE,
     ClientFactory,
     Context,
@@ -101,6 +103,12 @@ def main(
     ctx = Context(args, out, client_factory)
     try:
         return args.handler(ctx)
+    except BrokenPipeError:  # `pop … | head`: the reader has what it wanted
+        try:
+            os.dup2(os.open(os.devnull, os.O_WRONLY), stdout.fileno())
+        except (AttributeError, OSError, ValueError):
+            pass  # not a real file: nothing is flushed at exit
+        return EXIT_OK
     except UsageError as exc:
         out.error(str(exc))
         return EXIT_USAGE

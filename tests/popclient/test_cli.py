@@ -705,3 +705,24 @@ def test_a_template_runs_by_name():
 
     assert code == 0 and json.loads(out)["id"] == "a9"
     assert server.requests[0].url.params["name"] == "probe-transcode-package"
+
+
+def test_output_cut_short_by_the_reader_is_not_a_crash():
+    class ClosedPipe(io.StringIO):
+        def write(self, text):
+            raise BrokenPipeError(32, "Broken pipe")
+
+    agenda = {"id": "a1", "state": "ready", "progress": {"state": "ready"}, "operations": []}
+    server = Server({("GET", "/agendas/a1/"): (200, agenda)})
+    stderr = io.StringIO()
+
+    with mock.patch.dict(os.environ, {"POP_TOKEN": "tok"}):
+        code = main(
+            ["--url", "http://pop.test", "agendas", "show", "a1"],
+            stdout=ClosedPipe(),
+            stderr=stderr,
+            client_factory=server.factory,
+        )
+
+    assert code == 0
+    assert "Traceback" not in stderr.getvalue()
