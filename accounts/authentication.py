@@ -15,6 +15,11 @@ from accounts.services import token_touch
 MAX_KEY_LENGTH = 200
 
 
+def _scheme(request: Any) -> str:
+    header = request.META.get("HTTP_AUTHORIZATION", "")
+    return header.split(" ", 1)[0].lower() if isinstance(header, str) else ""
+
+
 class ApiTokenAuthentication(TokenAuthentication):
     """knox's scheme with one read per request, 401 for expired keys, and a last-use stamp.
 
@@ -24,6 +29,11 @@ class ApiTokenAuthentication(TokenAuthentication):
 
     def authenticate(self, request: Any) -> tuple[Any, ApiToken] | None:
         result = super().authenticate(request)
+        if result is None and _scheme(request) == "bearer":
+            # The most common first mistake: say what to send instead of "not provided".
+            raise exceptions.AuthenticationFailed(
+                "The authorization scheme is Token, not Bearer: send `Authorization: Token <key>`."
+            )
         if result is not None:
             token, django_request = result[1], getattr(request, "_request", request)
             django_request.pop_token_id = str(token.pk)

@@ -417,3 +417,18 @@ def test_staff_add_a_token_in_the_admin_and_see_its_key_once(staff_user, submitt
     assert token.digest == hashlib.sha512(key.encode()).hexdigest()
     assert key not in client.get(f"/admin/accounts/apitoken/{token.pk}/change/").content.decode()
     assert caller(key).get("/api/v1/queues/").status_code == 200
+
+
+def test_a_bearer_header_is_told_the_scheme_is_token(submitter):
+    issued = token_issue(principal=SYSTEM, user=submitter.user, name="cli")
+    client = APIClient()
+    client.credentials(HTTP_AUTHORIZATION=f"Bearer {issued.key}")
+
+    response = client.get(AGENDAS)
+
+    assert response.status_code == 401
+    assert response.json() == {
+        "detail": "The authorization scheme is Token, not Bearer: send `Authorization: Token "
+        "<key>`."
+    }
+    assert caller(issued.key).get(AGENDAS).status_code == 200
