@@ -8,6 +8,7 @@ from the current request. This module imports no domain app: every domain servic
 
 import math
 from collections.abc import Iterable, Mapping
+from datetime import timedelta
 from typing import Any
 
 from django.db.models import Model
@@ -177,3 +178,22 @@ def audit_record_bulk(
         for customer_id, rows in by_customer.items()
     ]
     return AuditEvent.objects.bulk_create(events)
+
+
+def audit_events_expire(*, retention_days: int | None, now: Any, batch_size: int = 1000) -> int:
+    """Delete the events older than `retention_days` (None: keep every event, the default),
+    oldest first, `batch_size` per statement over the time index; return how many went. The
+    one way an event leaves the trail: `AuditEvent.delete()` still refuses a single row."""
+    if retention_days is None:
+        return 0
+    cutoff = now - timedelta(days=retention_days)
+    removed = 0
+    while True:
+        ids = list(
+            AuditEvent.objects.filter(created_at__lt=cutoff)
+            .order_by("created_at")
+            .values_list("pk", flat=True)[:batch_size]
+        )
+        if not ids:
+            return removed
+        removed += AuditEvent.objects.filter(pk__in=ids).delete()[0]

@@ -296,6 +296,8 @@ POP_CRON_MISFIRE_GRACE_SECONDS = env.float(
 )
 POP_RETRY_DELAY_CAP_SECONDS = env.int("POP_RETRY_DELAY_CAP_SECONDS", default=600)
 POP_REAP_BATCH_SIZE = env.int("POP_REAP_BATCH_SIZE", default=1000)
+# Days an audit event is kept; unset keeps the trail for ever (the reaper removes older ones).
+POP_AUDIT_RETENTION_DAYS = env.int("POP_AUDIT_RETENTION_DAYS", default=None)
 # The task a fill nudge enqueues (named here so the state machine never names the scheduler).
 POP_FILL_NUDGE_TASK = "scheduling.tasks.insight_fill"
 # Nudge a fill through django-q2 (async) or run it in the request's on_commit hook (sync).

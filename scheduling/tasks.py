@@ -54,8 +54,9 @@ def time_out() -> int:
 
 
 def reap() -> int:
-    """Terminal agendas past their customer's TTL → deleted."""
-    return timed_service.agendas_reap()
+    """Terminal agendas past their customer's TTL → deleted; audit events past
+    POP_AUDIT_RETENTION_DAYS (when set) too."""
+    return timed_service.agendas_reap() + timed_service.audit_events_reap()
 
 
 def callbacks() -> int:

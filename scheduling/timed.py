@@ -12,6 +12,7 @@ from django.utils import timezone
 from agendas import states
 from agendas.models import Agenda, AgendaProgress, Execution
 from agendas.states import TERMINAL, S
+from audit.services import audit_events_expire
 from resourcepools.models import Customer, Insight
 from scheduling import metrics
 
@@ -146,6 +147,17 @@ def _end_abandoned(
         states.operations_fail_running(progress, message=reason, now=now)
     states.execution_end(progress, execution, outcome, now=now, message=reason, diagnostics=[entry])
     metrics.OUTCOMES.labels(outcome).inc()
+
+
+def audit_events_reap(*, now: datetime | None = None) -> int:
+    """Audit events older than POP_AUDIT_RETENTION_DAYS (unset: kept for ever)."""
+    removed = audit_events_expire(
+        retention_days=getattr(settings, "POP_AUDIT_RETENTION_DAYS", None),
+        now=now or timezone.now(),
+    )
+    if removed:
+        logger.info("removed %d audit event(s) past their retention", removed)
+    return removed
 
 
 def agendas_reap(*, now: datetime | None = None, batch_size: int | None = None) -> int:
