@@ -108,7 +108,10 @@ def _mentioned(name: str, text: str) -> bool:
 
 
 def _example_text(value: object) -> str:
-    """How .env.example writes a default: 2.0 → "2", True → "true", a list comma-joined."""
+    """How .env.example writes a default: 2.0 → "2", True → "true", a list comma-joined, None
+    (unset) as nothing after the `=`."""
+    if value is None:
+        return ""
     if isinstance(value, bool):
         return str(value).lower()
     if isinstance(value, float) and value.is_integer():
