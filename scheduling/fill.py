@@ -73,19 +73,20 @@ def insight_fill(*, insight_id: object, now: datetime | None = None) -> FillResu
         customer_ids = _customers_with_ready_work(insight.pk)
         if not customer_ids:
             return FillResult(insight_id=insight_id, room=room)
-        customers = {
-            pk: (weight, cap)
-            for pk, weight, cap in Customer.objects.filter(
-                pk__in=customer_ids, held=False
-            ).values_list("pk", "weight", "max_executing")
-        }
+        rows = Customer.objects.filter(pk__in=customer_ids, held=False).values_list(
+            "pk", "weight", "max_executing", "rate_limit", "rate_period_seconds"
+        )
+        customers, limits = {}, {}
+        for pk, weight, cap, rate_limit, rate_period in rows:
+            customers[pk] = (weight, cap)
+            if rate_limit is not None:
+                limits[pk] = (rate_limit, rate_period)
         customer_ids = [pk for pk in customer_ids if pk in customers]  # held ones wait
         if not customer_ids:
             return FillResult(insight_id=insight_id, room=room)
         allowance = _cap_allowance(
             {pk: cap for pk, (_, cap) in customers.items() if cap is not None}
         )
-        limits = rate_limits.customer_limits(customer_ids)
         tokens = rate_limits.customer_tokens(limits, now=now)
         # What each customer may take now: the room, less for one near its max_executing cap
         # or short of rate-limit tokens.

@@ -8,25 +8,14 @@ the room. A customer's bucket is read unlocked to bound what the picker offers i
 several insights drawing on one customer's bucket take turns, so none is overdrawn.
 """
 
-from collections.abc import Iterable
 from datetime import datetime
 
 from agendas.queue_models import StartBucket
-from resourcepools.models import Customer, Insight
+from resourcepools.models import Insight
 from scheduling.fairness import ReadyCandidate
 
 # A customer's or an insight's limit: (agendas per period, period in seconds).
 Limit = tuple[int, int]
-
-
-def customer_limits(customer_ids: Iterable[object]) -> dict[object, Limit]:
-    """The rate limits of those customers that have one."""
-    return {
-        pk: (limit, period)
-        for pk, limit, period in Customer.objects.filter(
-            pk__in=list(customer_ids), rate_limit__isnull=False
-        ).values_list("pk", "rate_limit", "rate_period_seconds")
-    }
 
 
 def _ensure(buckets: list[StartBucket]) -> None:

@@ -24,6 +24,7 @@ Exit codes (scripts can trust them):
 from __future__ import annotations
 
 import argparse
+import contextlib
 import logging
 import os
 import sys
@@ -104,10 +105,9 @@ def main(
     try:
         return args.handler(ctx)
     except BrokenPipeError:  # `pop … | head`: the reader has what it wanted
-        try:
+        # A real file gets /dev/null so the flush at exit cannot fail again; a StringIO has none.
+        with contextlib.suppress(AttributeError, OSError, ValueError):
             os.dup2(os.open(os.devnull, os.O_WRONLY), stdout.fileno())
-        except (AttributeError, OSError, ValueError):
-            pass  # not a real file: nothing is flushed at exit
         return EXIT_OK
     except UsageError as exc:
         out.error(str(exc))

@@ -3,6 +3,7 @@ its whole process group when the operation is cancelled."""
 
 from __future__ import annotations
 
+import contextlib
 import logging
 import os
 import signal
@@ -29,15 +30,13 @@ class ProcessResult:
 
 
 def _signal_group(process: subprocess.Popen[bytes], signum: int) -> None:
-    try:
+    with contextlib.suppress(ProcessLookupError, PermissionError):  # it has already gone
         if hasattr(os, "killpg"):
             os.killpg(process.pid, signum)
         elif signum == getattr(signal, "SIGKILL", None):
             process.kill()
         else:
             process.terminate()
-    except (ProcessLookupError, PermissionError):
-        pass
 
 
 def _reader(stream: Any, chunks: list[str], on_line: Callable[[str], None] | None) -> None:
@@ -101,11 +100,9 @@ def run_subprocess(
     for reader in readers:
         reader.start()
     if stdin is not None and process.stdin is not None:
-        try:
+        with contextlib.suppress(BrokenPipeError):  # the program exited without reading it
             process.stdin.write(stdin.encode())
             process.stdin.close()
-        except BrokenPipeError:
-            pass
     cancelled = False
     while process.poll() is None:
         if ctx.cancelled.wait(0.05):
