@@ -4,11 +4,11 @@ from django.core.validators import MaxValueValidator, MinValueValidator
 from django.db import models
 from django.db.models import Q
 
-from agendas.queue_models import CallbackDelivery, QueuedAgenda, ReadyAgenda
+from agendas.queue_models import CallbackDelivery, CustomerLane, QueuedAgenda, ReadyAgenda
 from core.models import OwnedModel
 
 # The queue and outbox models register with this app from their own module.
-__all__ = ["CallbackDelivery", "QueuedAgenda", "ReadyAgenda"]
+__all__ = ["CallbackDelivery", "CustomerLane", "QueuedAgenda", "ReadyAgenda"]
 
 
 class AgendaTemplate(OwnedModel):
@@ -69,6 +69,13 @@ class Agenda(OwnedModel):
         default=3, validators=[MinValueValidator(1), MaxValueValidator(20)]
     )
     retry_delay_seconds = models.PositiveIntegerField(default=10)
+    cost = models.FloatField(
+        null=True,
+        blank=True,
+        validators=[MinValueValidator(0.001), MaxValueValidator(604800)],
+        help_text="Expected execution seconds, charged to the customer's fair share when the "
+        "agenda is queued and corrected when it ends; empty = the customer's running mean.",
+    )
     callback_url = models.URLField(max_length=1000, blank=True, default="")
     external_id = models.CharField(max_length=255, blank=True, default="", db_index=True)
     idempotency_key = models.CharField(max_length=255, blank=True, default="")

@@ -44,6 +44,80 @@ class ReadyAgenda(models.Model):
         return f"ready {self.agenda_id}"
 
 
+class InsightScheduleInfo(models.Model):
+    """The fill's bookkeeping for one insight: queue positions, the virtual time new lanes
+    start at, fair share's decay epoch and the last fill."""
+
+    insight = models.OneToOneField(
+        "resourcepools.Insight", on_delete=models.CASCADE, related_name="schedule_info"
+    )
+    virtual_time = models.FloatField(
+        default=0.0,
+        help_text="Service level of the last turn given: a lane that gets work again starts here.",
+    )
+    usage_epoch = models.DateTimeField(
+        null=True, blank=True, help_text="Fair share: when charges were last rebased (decay)."
+    )
+    next_position = models.BigIntegerField(default=1)
+    last_fill_at = models.DateTimeField(null=True, blank=True)
+    last_fill_count = models.PositiveIntegerField(default=0)
+
+    class Meta:
+        db_table = "scheduling_insightscheduleinfo"
+        verbose_name_plural = "insight schedule info"
+
+    def __str__(self) -> str:
+        return f"schedule info of {self.insight_id}"
+
+
+class CustomerLane(models.Model):
+    """One customer's turn-keeping on one insight: how much service it has received, in the
+    insight's algorithm's units (turns for round robin, turns ÷ weight for weighted fair,
+    decayed execution seconds ÷ weight for fair share). The fill serves the active lanes in
+    `served` order through `lane_turn_order`, so it reads O(room) lanes whatever the number of
+    customers. A lane is made active, in the transaction that makes one of its agendas ready
+    (agendas.states.lanes); the fill makes it inactive when it finds it empty
+    (docs/design.md §6.1)."""
+
+    insight = models.ForeignKey(
+        "resourcepools.Insight", on_delete=models.CASCADE, related_name="customer_lanes"
+    )
+    customer = models.ForeignKey(
+        "resourcepools.Customer", on_delete=models.CASCADE, related_name="customer_lanes"
+    )
+    active = models.BooleanField(default=True)
+    served = models.FloatField(default=0.0)
+    mean_seconds = models.FloatField(
+        null=True, blank=True, help_text="Running mean of this customer's execution time here."
+    )
+    pending_count = models.PositiveIntegerField(
+        default=0,
+        db_default=0,
+        help_text="Fair share: agendas charged when queued whose execution has not ended.",
+    )
+    pending_charge = models.FloatField(
+        default=0.0,
+        db_default=0.0,
+        help_text="Fair share: the seconds they were charged, to correct at their end.",
+    )
+
+    class Meta:
+        db_table = "scheduling_customerlane"
+        constraints = [
+            models.UniqueConstraint(fields=["insight", "customer"], name="lane_of_customer")
+        ]
+        indexes = [
+            models.Index(
+                fields=["insight", "served", "customer"],
+                condition=Q(active=True),
+                name="lane_turn_order",
+            )
+        ]
+
+    def __str__(self) -> str:
+        return f"lane of {self.customer_id} on {self.insight_id}"
+
+
 class QueuedAgenda(models.Model):
     """An agenda in its insight's queue, pulled in `position` order."""
 

@@ -61,6 +61,7 @@ def agenda_submit(
     priority: int = 5,
     max_attempts: int = 3,
     retry_delay_seconds: int = 10,
+    cost: float | None = None,
     callback_url: str = "",
     run_after: datetime | None = None,
     do_not_run: bool = False,
@@ -91,6 +92,7 @@ def agenda_submit(
         priority=priority,
         max_attempts=max_attempts,
         retry_delay_seconds=retry_delay_seconds,
+        cost=cost,
         callback_url=callback_url,
         external_id=external_id,
         idempotency_key=idempotency_key or "",
@@ -139,7 +141,7 @@ def _unsaved_agenda(
     Agenda."""
     options = {
         name: fields[name]
-        for name in ("priority", "max_attempts", "retry_delay_seconds")
+        for name in ("priority", "max_attempts", "retry_delay_seconds", "cost")
         if name in fields
     }
     errors = validate_operations(operations) | validate_agenda_options(**options)
@@ -465,6 +467,7 @@ def _bulk_plan(
                 priority=item["priority"],
                 max_attempts=item["max_attempts"],
                 retry_delay_seconds=item["retry_delay_seconds"],
+                cost=item["cost"],
                 callback_url=item["callback_url"],
                 external_id=item["external_id"],
                 idempotency_key=key or "",

@@ -4,6 +4,7 @@ AgendaOptionsSerializer), a template's body when the template is saved, and the 
 plus the caller's overrides when a template runs (schedules included).
 """
 
+import math
 from collections.abc import Mapping
 from typing import Any
 
@@ -11,6 +12,7 @@ from django.core.exceptions import ValidationError
 from rest_framework import serializers
 
 from agenda_language.references import find_references
+from agendas.validation import COST_RANGE
 from core.api import JSONObjectField, OptionalURLField, flatten_errors
 
 
@@ -34,6 +36,15 @@ class AgendaOptionsSerializer(serializers.Serializer):
         max_value=86_400,
         help_text="Backoff base; doubles per attempt, capped at 600 s. Default 10.",
     )
+    cost = serializers.FloatField(
+        required=False,
+        allow_null=True,
+        min_value=COST_RANGE[0],
+        max_value=COST_RANGE[1],
+        help_text="Expected execution seconds, charged to your fair share when it is queued "
+        "(on `fair_share` insights) and corrected to the real time when it ends. Default: "
+        "your running mean on the insight.",
+    )
     callback_url = OptionalURLField(required=False, help_text="Overrides the customer's.")
     run_after = serializers.DateTimeField(
         required=False, allow_null=True, help_text="Not eligible before this time."
@@ -44,6 +55,11 @@ class AgendaOptionsSerializer(serializers.Serializer):
     default_insight = serializers.CharField(
         max_length=200, required=False, help_text="Preferred insight, by name or id."
     )
+
+    def validate_cost(self, value: float | None) -> float | None:
+        if value is not None and not math.isfinite(value):
+            raise serializers.ValidationError("A finite number of seconds is required.")
+        return value
 
 
 class KeyedAgendaOptionsSerializer(AgendaOptionsSerializer):

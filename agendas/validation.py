@@ -1,6 +1,7 @@
 """Cross-field checks of an agenda's operations and their dependency graph (docs/design.md §5.1,
 §7)."""
 
+import math
 from collections.abc import Mapping
 from typing import Any
 
@@ -149,6 +150,10 @@ AGENDA_OPTION_RANGES: dict[str, tuple[int, int]] = {
 }
 
 
+# An agenda's expected execution seconds (fair share's charge): a millisecond to a week.
+COST_RANGE = (0.001, 604_800)
+
+
 def validate_agenda_options(**options: Any) -> dict[str, list[str]]:
     """Range checks of an agenda's numeric options (docs/design.md §5.1), for every way in: the
     API's
@@ -163,4 +168,11 @@ def validate_agenda_options(**options: Any) -> dict[str, list[str]]:
             errors[name] = ["A whole number is required."]
         elif not low <= value <= high:
             errors[name] = [f"Must be between {low} and {high}."]
+    cost = options.get("cost")
+    if cost is not None:
+        low, high = COST_RANGE
+        if isinstance(cost, bool) or not isinstance(cost, int | float) or not math.isfinite(cost):
+            errors["cost"] = ["A number of seconds is required."]
+        elif not low <= cost <= high:
+            errors["cost"] = [f"Must be between {low} and {high} seconds."]
     return errors

@@ -30,11 +30,14 @@ ADMIN_DB = "postgres"
 DB_PREFIX = "pop_bench"
 TEMPLATE_DB = f"{DB_PREFIX}_template"
 SECRET_KEY = "pop-bench-secret-key-not-for-production"
-# The tables that churn a row in and out per agenda: vacuumed before every phase.
+# The tables that churn a row in and out per agenda (and those a phase grows in bulk):
+# vacuumed and analysed before every phase.
 HOT_TABLES = (
     "scheduling_readyagenda",
     "scheduling_queuedagenda",
     "scheduling_insightscheduleinfo",
+    "scheduling_customerlane",
+    "resourcepools_customer",
     "agendas_agendaprogress",
     "agendas_operationprogress",
     "agendas_execution",
@@ -337,39 +340,41 @@ def bulk_insert_ready(
                 """,
                 [insight_id, list(customer_ids), per_customer],
             )
+            _lanes_for(conn, insight_id, customer_ids)
             conn.commit()
             return time.perf_counter() - started
-        for customer_id in customer_ids:
+        for first in range(0, len(customer_ids), 2000):
+            chunk = list(customer_ids[first : first + 2000])
             conn.execute(
-                """
-                CREATE TEMP TABLE IF NOT EXISTS bench_new (id uuid, g int) ON COMMIT DROP;
-                """
+                "CREATE TEMP TABLE IF NOT EXISTS bench_new (id uuid, customer_id uuid, g int) "
+                "ON COMMIT DROP"
             )
             conn.execute(
-                "INSERT INTO bench_new SELECT gen_random_uuid(), g FROM generate_series(1, %s) g",
-                [per_customer],
+                "INSERT INTO bench_new SELECT gen_random_uuid(), c.id, g "
+                "FROM unnest(%s::uuid[]) AS c(id), generate_series(1, %s) g",
+                [chunk, per_customer],
             )
             conn.execute(
                 """
                 INSERT INTO agendas_agenda (id, link_id, cid, created_at, updated_at, customer_id,
                     insight_id, operations, params, priority, max_attempts, retry_delay_seconds,
                     callback_url, external_id, idempotency_key)
-                SELECT id, '', 'bench', now(), now(), %s, %s, %s::jsonb, '{}'::jsonb, 5, 3, 0,
-                    '', '', ''
+                SELECT id, '', 'bench', now(), now(), customer_id, %s, %s::jsonb, '{}'::jsonb,
+                    5, 3, 0, '', '', ''
                 FROM bench_new
                 """,
-                [customer_id, insight_id, ops],
+                [insight_id, ops],
             )
             conn.execute(
                 """
                 INSERT INTO agendas_agendaprogress (id, link_id, cid, created_at, updated_at,
                     agenda_id, customer_id, state, message, percent_complete, attempts_completed,
                     do_not_run, abort_requested, pause_requested, diagnostics)
-                SELECT gen_random_uuid(), '', 'bench', now(), now(), id, %s, %s, '', 0, 0,
-                    false, false, false, '[]'::jsonb
+                SELECT gen_random_uuid(), '', 'bench', now(), now(), id, customer_id, %s, '', 0,
+                    0, false, false, false, '[]'::jsonb
                 FROM bench_new
                 """,
-                [customer_id, state],
+                [state],
             )
             conn.execute(
                 """
@@ -377,23 +382,35 @@ def bulk_insert_ready(
                     link_id, cid, position, name, type, state, message, percent_complete,
                     attempt_count, result, params, diagnostics, is_generated, created_at,
                     updated_at)
-                SELECT gen_random_uuid(), p.id, %s, '', 'bench', 0, 'noop', 'noop', 'waiting',
-                    '', 0, 0, NULL, '{}'::jsonb, '[]'::jsonb, false, now(), now()
+                SELECT gen_random_uuid(), p.id, n.customer_id, '', 'bench', 0, 'noop', 'noop',
+                    'waiting', '', 0, 0, NULL, '{}'::jsonb, '[]'::jsonb, false, now(), now()
                 FROM bench_new n JOIN agendas_agendaprogress p ON p.agenda_id = n.id
-                """,
-                [customer_id],
+                """
             )
             if state == "ready":
                 conn.execute(
                     f"""
                     INSERT INTO scheduling_readyagenda (agenda_id, insight_id, customer_id,
                         priority, added_at)
-                    SELECT id, %s, %s, 5, {added_at_sql} FROM bench_new
+                    SELECT id, %s, customer_id, 5, {added_at_sql} FROM bench_new
                     """,
-                    [insight_id, customer_id],
+                    [insight_id],
                 )
+                _lanes_for(conn, insight_id, chunk)
             conn.commit()
     return time.perf_counter() - started
+
+
+def _lanes_for(conn, insight_id: str, customer_ids: Sequence[str]) -> None:
+    """The active lanes a submit would have woken for these customers' ready rows."""
+    conn.execute(
+        """
+        INSERT INTO scheduling_customerlane (insight_id, customer_id, active, served)
+        SELECT %s, c.id, true, 0 FROM unnest(%s::uuid[]) AS c(id)
+        ON CONFLICT (insight_id, customer_id) DO UPDATE SET active = true
+        """,
+        [insight_id, list(customer_ids)],
+    )
 
 
 # --- maths and output -----------------------------------------------------------------------

@@ -38,10 +38,22 @@ PHASES = {
     "http": "bench.over_http",
     "peers": "bench.peers",
     "fill": "bench.fill_cost",
+    "fill_tenants": "bench.fill_tenants",
+    "fair_share": "bench.fair_share",
     "fairness": "bench.fairness",
     "rate": "bench.rate_limit",
 }
-NEEDS_TEMPLATE = {"engine", "setbased", "e2e", "http", "fill", "fairness", "rate"}
+NEEDS_TEMPLATE = {
+    "engine",
+    "setbased",
+    "e2e",
+    "http",
+    "fill",
+    "fill_tenants",
+    "fair_share",
+    "fairness",
+    "rate",
+}
 RESULTS = ROOT / "bench" / "RESULTS.md"
 BEGIN, END = "<!-- bench:begin -->", "<!-- bench:end -->"
 

@@ -37,22 +37,29 @@ class Rollback(Exception):
     pass
 
 
-def counters(cursor) -> tuple[int, int]:
-    cursor.execute(
-        """
-        SELECT
-          coalesce((SELECT sum(pg_stat_get_xact_tuples_returned(i.indexrelid))
-                    FROM pg_index i WHERE i.indrelid = %s::regclass), 0)
-          + pg_stat_get_xact_tuples_returned(%s::regclass),
-          pg_stat_get_xact_tuples_fetched(%s::regclass)
-        """,
-        [READY_TABLE, READY_TABLE, READY_TABLE],
-    )
-    read, fetched = cursor.fetchone()
-    return int(read), int(fetched)
+def counters(cursor, tables: tuple[str, ...] = (READY_TABLE,)) -> tuple[int, int]:
+    """PostgreSQL's per-transaction counters, summed over `tables`: index entries returned by
+    their indexes plus rows returned by sequential scans, and heap rows fetched."""
+    read_total = fetched_total = 0
+    for table in tables:
+        cursor.execute(
+            """
+            SELECT
+              coalesce((SELECT sum(pg_stat_get_xact_tuples_returned(i.indexrelid))
+                        FROM pg_index i WHERE i.indrelid = %s::regclass), 0)
+              + pg_stat_get_xact_tuples_returned(%s::regclass),
+              pg_stat_get_xact_tuples_fetched(%s::regclass)
+            """,
+            [table, table, table],
+        )
+        read, fetched = cursor.fetchone()
+        read_total, fetched_total = read_total + int(read), fetched_total + int(fetched)
+    return read_total, fetched_total
 
 
-def one_fill(insight_id: str) -> tuple[float, int, int, int]:
+def one_fill(
+    insight_id: str, tables: tuple[str, ...] = (READY_TABLE,)
+) -> tuple[float, int, int, int]:
     """(ms, rows read, heap rows fetched, agendas moved) of one fill, rolled back."""
     from django.db import connection, transaction
 
@@ -62,11 +69,11 @@ def one_fill(insight_id: str) -> tuple[float, int, int, int]:
     try:
         with transaction.atomic():
             with connection.cursor() as cursor:
-                read0, fetched0 = counters(cursor)
+                read0, fetched0 = counters(cursor, tables)
                 started = time.perf_counter()
                 moved = insight_fill(insight_id=insight_id).moved
                 elapsed = (time.perf_counter() - started) * 1000
-                read1, fetched1 = counters(cursor)
+                read1, fetched1 = counters(cursor, tables)
             figures = [elapsed, read1 - read0, fetched1 - fetched0, moved]
             raise Rollback
     except Rollback:

@@ -102,6 +102,7 @@ class Insight(OwnedModel):
         ROUND_ROBIN = "round_robin", "round robin"
         FIFO = "fifo", "first in, first out"
         WEIGHTED_FAIR = "weighted_fair", "weighted fair"
+        FAIR_SHARE = "fair_share", "fair share of execution time"
 
     resource_pool = models.ForeignKey(
         "resourcepools.ResourcePool", on_delete=models.CASCADE, related_name="insights"
@@ -142,6 +143,11 @@ class Insight(OwnedModel):
     )
     rate_period_seconds = models.PositiveIntegerField(
         default=60, validators=[MinValueValidator(1)], help_text="The rate limit's period."
+    )
+    usage_half_life_seconds = models.PositiveIntegerField(
+        default=3600,
+        validators=[MinValueValidator(1)],
+        help_text="Fair share: execution time used this long ago counts half.",
     )
 
     class Meta:

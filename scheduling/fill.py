@@ -4,7 +4,6 @@ Runs under the insight's try-lock; every state change goes through agendas.state
 """
 
 import logging
-import math
 from dataclasses import dataclass, field
 from datetime import datetime
 
@@ -13,11 +12,11 @@ from django.db.models import Count, Exists, F, OuterRef
 from django.utils import timezone
 
 from agendas import states
-from agendas.models import Execution
+from agendas.models import Agenda, Execution
 from resourcepools.models import Customer, Insight
 from scheduling import fairness, metrics, rate_limits
 from scheduling.locks import customer_cap_locks, database_is_postgresql, insight_fill_try_lock
-from scheduling.models import InsightScheduleInfo, QueuedAgenda, ReadyAgenda
+from scheduling.models import CustomerLane, InsightScheduleInfo, QueuedAgenda, ReadyAgenda
 
 logger = logging.getLogger("pop.scheduling")
 
@@ -31,29 +30,26 @@ class FillResult:
 
 
 @dataclass
-class _Candidates:
-    """Per customer, its best ready agendas in order (priority desc, then oldest)."""
+class _LaneState:
+    """A lane read by this fill: its customer's limits and the ready rows read so far."""
 
-    by_customer: dict[object, list[fairness.ReadyCandidate]] = field(default_factory=dict)
-    limits: dict[object, int] = field(default_factory=dict)
-
-    def exhausted(self, picked: dict[object, int]) -> list[object]:
-        """Customers whose every row read was picked, and who may have more we never read."""
-        return [
-            customer_id
-            for customer_id, rows in self.by_customer.items()
-            if rows
-            and len(rows) >= self.limits.get(customer_id, 0)
-            and picked.get(customer_id, 0) >= len(rows)
-        ]
+    pk: int
+    customer_id: object
+    served: float
+    mean_seconds: float | None
+    weight: int
+    cap: int | None
+    may_take: int = 0
+    rows: list[fairness.ReadyCandidate] = field(default_factory=list)
+    exhausted: bool = False  # `rows` are all its ready agendas
 
 
 def insight_fill(*, insight_id: object, now: datetime | None = None) -> FillResult:
     """Move up to `room` ready agendas of the insight into its queue, fairly, in one transaction.
 
-    Takes the insight's advisory try-lock (a concurrent filler returns `skipped`), locks its
-    InsightScheduleInfo row and the moved progress rows. Reads O(customers with ready work +
-    room) ready rows, never a customer's whole backlog.
+    Takes the insight's advisory try-lock (a concurrent filler returns `skipped`) and locks its
+    InsightScheduleInfo row, the lanes it serves and the moved progress rows. Reads O(room)
+    lanes and ready rows whatever the number of customers with ready work (docs/design.md §6.1).
     """
     now = now or timezone.now()
     with transaction.atomic():
@@ -70,57 +66,18 @@ def insight_fill(*, insight_id: object, now: datetime | None = None) -> FillResu
             metrics.RATE_LIMITED.labels("insight").inc()
         if room <= 0:
             return FillResult(insight_id=insight_id, room=max(room, 0))
-        customer_ids = _customers_with_ready_work(insight.pk)
-        if not customer_ids:
-            return FillResult(insight_id=insight_id, room=room)
-        rows = Customer.objects.filter(pk__in=customer_ids, held=False).values_list(
-            "pk", "weight", "max_executing", "rate_limit", "rate_period_seconds"
-        )
-        customers, limits = {}, {}
-        for pk, weight, cap, rate_limit, rate_period in rows:
-            customers[pk] = (weight, cap)
-            if rate_limit is not None:
-                limits[pk] = (rate_limit, rate_period)
-        customer_ids = [pk for pk in customer_ids if pk in customers]  # held ones wait
-        if not customer_ids:
-            return FillResult(insight_id=insight_id, room=room)
-        allowance = _cap_allowance(
-            {pk: cap for pk, (_, cap) in customers.items() if cap is not None}
-        )
-        tokens = rate_limits.customer_tokens(limits, now=now)
-        # What each customer may take now: the room, less for one near its max_executing cap
-        # or short of rate-limit tokens.
-        takes = {
-            pk: max(0, min(room, allowance.get(pk, room), tokens.get(pk, room)))
-            for pk in customer_ids
-        }
-        if any(tokens[pk] < min(room, allowance.get(pk, room)) for pk in tokens):
-            metrics.RATE_LIMITED.labels("customer").inc()
-        # Read about room/customers rows each. While the picker takes every row read of some
-        # customer that has more, its choice may be wrong (fifo: that customer's next row may
-        # be older than a pick; weighted: it may deserve more): re-read just those customers
-        # with twice the limit and pick again. Rows read stay within a small multiple of
-        # customers + room, however long any backlog is.
-        share = math.ceil(room / len(customer_ids)) + 1
-        candidates = _Candidates(by_customer={pk: [] for pk in customer_ids})
-        _read_candidates(insight.pk, candidates, {pk: min(share, k) for pk, k in takes.items()})
-        weights = {str(pk): customers[pk][0] for pk in customer_ids if pk in customers}
-        while True:
-            picks, state = _pick(insight, info, candidates, room, weights)
-            if len(picks) >= room and insight.scheduling_algorithm == Insight.Algorithm.ROUND_ROBIN:
-                break  # one per customer per round: nobody can be short-changed at full room
-            emptied = candidates.exhausted(_count_by_customer(picks))
-            more = {
-                pk: min(takes[pk], candidates.limits[pk] * 2)
-                for pk in emptied
-                if takes[pk] > candidates.limits[pk]
-            }
-            if not more:
-                break
-            _read_candidates(insight.pk, candidates, more)
-        picks = _within_caps(
-            picks, {pk: cap for pk, (_, cap) in customers.items() if cap is not None}
-        )
+        lanes = None
+        if insight.scheduling_algorithm == Insight.Algorithm.FIFO:
+            picks = _fifo_picks(insight, room, now=now)
+            customers = _customer_limits({pick.customer_id for pick in picks})
+        else:
+            lanes = _LaneFill(insight, info, room, now=now)
+            lanes.run()
+            picks = _lane_picks(lanes)
+            customers = lanes.customers
+        caps = {pk: c.cap for pk, c in customers.items() if c.cap is not None}
+        limits = {pk: c.limit for pk, c in customers.items() if c.limit is not None}
+        picks = _within_caps(picks, caps)
         picks, buckets = rate_limits.within_customer_limits(picks, limits, now=now)
         moved = states.progress_queue_many(
             insight_id=insight.pk,
@@ -129,23 +86,19 @@ def insight_fill(*, insight_id: object, now: datetime | None = None) -> FillResu
             now=now,
         )
         moved_set = set(moved)
+        moved_picks = [pick for pick in picks if pick.agenda_id in moved_set]
         rate_limits.insight_take(insight, insight_bucket, len(moved), now=now)
-        rate_limits.customers_take(
-            buckets,
-            limits,
-            _count_by_customer([pick for pick in picks if pick.agenda_id in moved_set]),
-            now=now,
-        )
+        rate_limits.customers_take(buckets, limits, _count_by_customer(moved_picks), now=now)
+        if lanes is not None:
+            _lanes_record(insight, info, lanes, moved_picks, now=now)
         info.next_position += len(moved)
-        info.pending_customer_ids = state.get("pending_customer_ids", info.pending_customer_ids)
-        info.deficits = state.get("deficits", info.deficits)
         info.last_fill_at = now
         info.last_fill_count = len(moved)
         info.save(
             update_fields=[
                 "next_position",
-                "pending_customer_ids",
-                "deficits",
+                "virtual_time",
+                "usage_epoch",
                 "last_fill_at",
                 "last_fill_count",
             ]
@@ -154,6 +107,317 @@ def insight_fill(*, insight_id: object, now: datetime | None = None) -> FillResu
         metrics.FILLS.labels(insight.name).inc()
         metrics.FILLED_AGENDAS.labels(insight.name).inc(len(moved))
     return FillResult(insight_id=insight_id, moved=len(moved), room=room)
+
+
+@dataclass(frozen=True)
+class _CustomerLimits:
+    weight: int
+    cap: int | None
+    held: bool
+    limit: tuple[int, int] | None  # rate limit: (agendas, period seconds)
+
+
+def _customer_limits(customer_ids: set[object]) -> dict[object, _CustomerLimits]:
+    if not customer_ids:
+        return {}
+    return {
+        pk: _CustomerLimits(
+            weight=weight,
+            cap=cap,
+            held=held,
+            limit=(rate_limit, period) if rate_limit is not None else None,
+        )
+        for pk, weight, cap, held, rate_limit, period in Customer.objects.filter(
+            pk__in=customer_ids
+        ).values_list("pk", "weight", "max_executing", "held", "rate_limit", "rate_period_seconds")
+    }
+
+
+class _LaneFill:
+    """Round robin, weighted fair and fair share: serve the least-served active lanes.
+
+    Lanes are read a page at a time in `served` order (`lane_turn_order`), their ready rows a
+    lane at a time, only as far as the turns need: a page of lanes is enough unless every lane
+    on it is served past the first unread one, and a lane's rows are read again, further, only
+    when the picker gave it more turns than rows read. Each pass either reads another page or
+    learns that a lane has no more ready rows, so rows and lanes read stay O(room).
+    """
+
+    def __init__(self, insight: Insight, info: InsightScheduleInfo, room: int, *, now):
+        self.insight, self.info, self.room, self.now = insight, info, room, now
+        self.algorithm = insight.scheduling_algorithm
+        self.lanes: list[_LaneState] = []
+        self.customers: dict[object, _CustomerLimits] = {}
+        self.order: list[int] = []
+        self.turns: fairness.Turns | None = None
+        self.index_done = False
+        self.after: tuple[float, object] | None = None
+        if self.algorithm == Insight.Algorithm.FAIR_SHARE:
+            _rebase_if_due(insight, info, now=now)
+        self.inflation = states.usage_inflation(
+            now=now, epoch=info.usage_epoch, half_life_seconds=insight.usage_half_life_seconds
+        )
+
+    def run(self) -> None:
+        """Decide the turns: `order` (lane index per turn) and each lane's `rows` to move."""
+        self._read_page()
+        for _ in range(_MAX_PASSES):
+            turns = fairness.serve_lanes(
+                [self._fair_lane(lane) for lane in self.lanes], self.room, horizon=self._horizon()
+            )
+            if turns.stopped_at_horizon and not self.index_done:
+                self._read_page()
+                continue
+            short = [
+                (lane, count)
+                for lane, count in zip(self.lanes, turns.counts, strict=True)
+                if count > len(lane.rows) and not lane.exhausted
+            ]
+            if not short:
+                break
+            _read_rows(self.insight.pk, short)
+        self.turns = turns
+        self.order = turns.order
+
+    def _fair_lane(self, lane: _LaneState) -> fairness.Lane:
+        may_take = min(lane.may_take, len(lane.rows)) if lane.exhausted else lane.may_take
+        return fairness.Lane(
+            customer_id=lane.customer_id,
+            served=lane.served,
+            may_take=may_take,
+            charge=fairness.lane_charge(
+                self.algorithm,
+                weight=lane.weight,
+                cost_seconds=lane.mean_seconds or states.DEFAULT_COST_SECONDS,
+                inflation=self.inflation,
+            ),
+        )
+
+    def _horizon(self) -> tuple | None:
+        if self.index_done or not self.lanes:
+            return None
+        last = self.lanes[-1]
+        return fairness.turn_key(last.served, last.customer_id)
+
+    def _read_page(self) -> None:
+        query = CustomerLane.objects.filter(insight_id=self.insight.pk, active=True)
+        if self.after is not None:
+            served, customer_id = self.after
+            query = query.filter(served__gte=served).exclude(
+                served=served, customer_id__lte=customer_id
+            )
+        if database_is_postgresql():
+            query = query.select_for_update(skip_locked=True)
+        size = self.room + 1
+        page = list(
+            query.order_by("served", "customer_id").values_list(
+                "pk", "customer_id", "served", "mean_seconds"
+            )[:size]
+        )
+        self.index_done = len(page) < size
+        if not page:
+            return
+        self.after = (page[-1][2], page[-1][1])
+        customers = _customer_limits({row[1] for row in page})
+        self.customers.update(customers)
+        caps = {pk: c.cap for pk, c in customers.items() if c.cap is not None}
+        allowance = _cap_allowance(caps)
+        tokens = rate_limits.customer_tokens(
+            {pk: c.limit for pk, c in customers.items() if c.limit is not None}, now=self.now
+        )
+        for pk, customer_id, served, mean_seconds in page:
+            limits = customers.get(customer_id)
+            if limits is None:
+                continue  # the customer is being deleted
+            may_take = 0 if limits.held else self.room
+            may_take = max(0, min(may_take, allowance.get(customer_id, may_take)))
+            if customer_id in tokens and tokens[customer_id] < may_take:
+                may_take = max(0, tokens[customer_id])
+                metrics.RATE_LIMITED.labels("customer").inc()
+            self.lanes.append(
+                _LaneState(
+                    pk=pk,
+                    customer_id=customer_id,
+                    served=served,
+                    mean_seconds=mean_seconds,
+                    weight=limits.weight,
+                    cap=limits.cap,
+                    may_take=may_take,
+                )
+            )
+
+
+# Passes of serve-then-read a fill makes at most; each reads a page or finds a lane's end.
+_MAX_PASSES = 50
+# Rebase fair share's inflated charges before they grow past this factor (2^40 ≈ 1e12).
+_REBASE_AT = 2.0**40
+
+
+def _rebase_if_due(insight: Insight, info: InsightScheduleInfo, *, now: datetime) -> None:
+    """Start fair share's decay clock, or divide every lane's service by the inflation reached
+    so far and restart it: once per 40 half-lives, O(lanes of the insight)."""
+    if info.usage_epoch is None:
+        info.usage_epoch = now
+        return
+    inflation = states.usage_inflation(
+        now=now, epoch=info.usage_epoch, half_life_seconds=insight.usage_half_life_seconds
+    )
+    if inflation < _REBASE_AT:
+        return
+    CustomerLane.objects.filter(insight_id=insight.pk).update(served=F("served") / inflation)
+    info.virtual_time /= inflation
+    info.usage_epoch = now
+
+
+def _lane_picks(fill: "_LaneFill") -> list[fairness.ReadyCandidate]:
+    """The picked rows in turn order (queue positions interleave customers as turns did)."""
+    taken = [0] * len(fill.lanes)
+    picks = []
+    for index in fill.order:
+        picks.append(fill.lanes[index].rows[taken[index]])
+        taken[index] += 1
+    return picks
+
+
+def _lanes_record(
+    insight: Insight,
+    info: InsightScheduleInfo,
+    fill: "_LaneFill",
+    moved: list[fairness.ReadyCandidate],
+    *,
+    now: datetime,
+) -> None:
+    """Charge each served lane for the agendas it really moved, move the lanes that could take
+    nothing (held, capped, rate-limited) up to the frontier (a turn missed is not owed later),
+    advance the insight's virtual time and make the lanes found empty inactive."""
+    costs = {}
+    if fill.algorithm == Insight.Algorithm.FAIR_SHARE and moved:
+        costs = dict(
+            Agenda.objects.filter(pk__in=[pick.agenda_id for pick in moved], cost__isnull=False)
+            .values_list("pk", "cost")
+            .order_by()
+        )
+    moved_by_lane: dict[object, list[fairness.ReadyCandidate]] = {}
+    for pick in moved:
+        moved_by_lane.setdefault(pick.customer_id, []).append(pick)
+    frontier = fill.turns.frontier
+    if frontier is None and fill.lanes:
+        frontier = min(lane.served for lane in fill.lanes)
+    changed: dict[int, tuple[float, float, int]] = {}
+    charging = fill.algorithm == Insight.Algorithm.FAIR_SHARE
+    for lane in fill.lanes:
+        served, pending = lane.served, 0.0
+        picks = moved_by_lane.get(lane.customer_id, ())
+        for pick in picks:
+            seconds = costs.get(pick.agenda_id, lane.mean_seconds or states.DEFAULT_COST_SECONDS)
+            pending += seconds
+            served += fairness.lane_charge(
+                fill.algorithm, weight=lane.weight, cost_seconds=seconds, inflation=fill.inflation
+            )
+        if lane.may_take == 0 and frontier is not None:
+            served = max(served, frontier)
+        if served != lane.served:
+            changed[lane.pk] = (served, pending, len(picks)) if charging else (served, 0.0, 0)
+    _lanes_set_served(changed)
+    if frontier is not None:
+        info.virtual_time = max(info.virtual_time, frontier)
+    moved_count = {customer: len(picks) for customer, picks in moved_by_lane.items()}
+    states.lanes_sleep(
+        insight.pk,
+        [
+            lane.customer_id
+            for lane in fill.lanes
+            if lane.exhausted and moved_count.get(lane.customer_id, 0) >= len(lane.rows)
+        ],
+    )
+
+
+def _lanes_set_served(changed: dict[int, tuple[float, float, int]]) -> None:
+    """Write each lane's new `served` and add to its pending charges (seconds, agendas)."""
+    if not changed:
+        return
+    if not database_is_postgresql():
+        for pk, (served, seconds, count) in changed.items():
+            CustomerLane.objects.filter(pk=pk).update(
+                served=served,
+                pending_charge=F("pending_charge") + seconds,
+                pending_count=F("pending_count") + count,
+            )
+        return
+    table = connection.ops.quote_name(CustomerLane._meta.db_table)
+    with connection.cursor() as cursor:
+        cursor.execute(
+            f"UPDATE {table} l SET served = v.served, "
+            "pending_charge = l.pending_charge + v.seconds, "
+            "pending_count = l.pending_count + v.count "
+            "FROM unnest(%s::bigint[], %s::float8[], %s::float8[], %s::int[]) "
+            "AS v(id, served, seconds, count) WHERE l.id = v.id",
+            [
+                list(changed),
+                [value[0] for value in changed.values()],
+                [value[1] for value in changed.values()],
+                [value[2] for value in changed.values()],
+            ],
+        )
+
+
+def _fifo_picks(insight: Insight, room: int, *, now: datetime) -> list[fairness.ReadyCandidate]:
+    """The oldest ready agendas across customers, priority first within each customer: the
+    customers owning the oldest rows get that many slots each, filled in their priority order
+    (`pick_fifo`). Rows of customers that can take nothing now are read past, a page at a
+    time."""
+    picks: list[fairness.ReadyCandidate] = []
+    blocked: set[object] = set()
+    after = None
+    for _ in range(_MAX_PASSES):
+        query = ReadyAgenda.objects.filter(insight_id=insight.pk).exclude(customer_id__in=blocked)
+        if after is not None:
+            query = query.filter(added_at__gte=after[0]).exclude(
+                added_at=after[0], agenda_id__lte=after[1]
+            )
+        want = room - len(picks)
+        oldest = list(
+            query.order_by("added_at", "agenda_id").values_list(
+                "agenda_id", "customer_id", "added_at"
+            )[:want]
+        )
+        if not oldest:
+            break
+        after = (oldest[-1][2], oldest[-1][0])
+        slots: dict[object, int] = {}
+        for _, customer_id, _ in oldest:
+            slots[customer_id] = slots.get(customer_id, 0) + 1
+        customers = _customer_limits(set(slots))
+        allowance = _cap_allowance({pk: c.cap for pk, c in customers.items() if c.cap is not None})
+        tokens = rate_limits.customer_tokens(
+            {pk: c.limit for pk, c in customers.items() if c.limit is not None}, now=now
+        )
+        taken = _count_by_customer(picks)
+        lanes = []
+        for customer_id, count in slots.items():
+            limits = customers.get(customer_id)
+            may = 0 if limits is None or limits.held else count
+            may = min(may, allowance.get(customer_id, may) - taken.get(customer_id, 0))
+            may = min(may, tokens.get(customer_id, may) - taken.get(customer_id, 0))
+            if may <= 0:
+                blocked.add(customer_id)
+                continue
+            lanes.append(_LaneState(0, customer_id, 0.0, None, 1, None, may_take=may))
+        _read_rows(
+            insight.pk,
+            [(lane, taken.get(lane.customer_id, 0) + lane.may_take) for lane in lanes],
+        )
+        have = {pick.agenda_id for pick in picks}
+        candidates = {
+            lane.customer_id: [row for row in lane.rows if row.agenda_id not in have][
+                : lane.may_take
+            ]
+            for lane in lanes
+        }
+        picks += fairness.pick_fifo(candidates, want)
+        if len(picks) >= room:
+            break
+    return picks
 
 
 def insights_to_fill() -> list[object]:
@@ -224,21 +488,8 @@ def _within_caps(
     return kept
 
 
-# Skip scan: one index probe per distinct customer of the insight, instead of reading every
-# ready row (DISTINCT) or ranking them all (window function). docs/design.md §6.1 has the figures.
-_SKIP_SCAN_SQL = """
-WITH RECURSIVE customers(customer_id) AS (
-    (SELECT customer_id FROM {table} WHERE insight_id = %s ORDER BY customer_id LIMIT 1)
-    UNION ALL
-    SELECT (SELECT r.customer_id FROM {table} r
-            WHERE r.insight_id = %s AND r.customer_id > c.customer_id
-            ORDER BY r.customer_id LIMIT 1)
-    FROM customers c WHERE c.customer_id IS NOT NULL
-)
-SELECT customer_id FROM customers WHERE customer_id IS NOT NULL
-"""
-# Each customer's best k rows, read straight off the (insight, customer, -priority, added_at)
-# index: k rows per customer, however long its backlog.
+# Each lane's best k rows, read straight off the (insight, customer, -priority, added_at)
+# index: k rows per lane, however long its backlog.
 _LATERAL_SQL = """
 SELECT c.customer_id, r.agenda_id, r.priority, r.added_at
 FROM unnest(%s::uuid[], %s::int[]) WITH ORDINALITY AS c(customer_id, k, ord)
@@ -252,46 +503,35 @@ ORDER BY c.ord, r.priority DESC, r.added_at
 """
 
 
-def _customers_with_ready_work(insight_id: object) -> list[object]:
-    table = connection.ops.quote_name(ReadyAgenda._meta.db_table)
-    if database_is_postgresql():
-        with connection.cursor() as cursor:
-            cursor.execute(_SKIP_SCAN_SQL.format(table=table), [insight_id, insight_id])
-            return [row[0] for row in cursor.fetchall()]
-    return list(
-        ReadyAgenda.objects.filter(insight_id=insight_id)
-        .order_by("customer_id")
-        .values_list("customer_id", flat=True)
-        .distinct()
-    )
-
-
-def _read_candidates(
-    insight_id: object, candidates: _Candidates, limits: dict[object, int]
-) -> None:
-    candidates.limits.update(limits)
-    limits = {pk: k for pk, k in limits.items() if k > 0}
-    if not limits:
+def _read_rows(insight_id: object, wanted: list[tuple[_LaneState, int]]) -> None:
+    """Read each lane's first `k` ready rows (priority desc, then oldest) into `lane.rows`;
+    a lane with fewer is `exhausted`."""
+    wanted = [(lane, k) for lane, k in wanted if k > 0]
+    if not wanted:
         return
-    rows: dict[object, list[fairness.ReadyCandidate]] = {pk: [] for pk in limits}
+    rows: dict[object, list[fairness.ReadyCandidate]] = {lane.customer_id: [] for lane, _ in wanted}
     if database_is_postgresql():
         table = connection.ops.quote_name(ReadyAgenda._meta.db_table)
         with connection.cursor() as cursor:
             cursor.execute(
                 _LATERAL_SQL.format(table=table),
-                [list(limits), list(limits.values()), insight_id],
+                [[str(lane.customer_id) for lane, _ in wanted], [k for _, k in wanted], insight_id],
             )
             for customer_id, agenda_id, priority, added_at in cursor.fetchall():
                 rows[customer_id].append(_candidate(agenda_id, customer_id, priority, added_at))
     else:
-        for customer_id, k in limits.items():
+        for lane, k in wanted:
             for agenda_id, priority, added_at in (
-                ReadyAgenda.objects.filter(insight_id=insight_id, customer_id=customer_id)
+                ReadyAgenda.objects.filter(insight_id=insight_id, customer_id=lane.customer_id)
                 .order_by("-priority", "added_at")
                 .values_list("agenda_id", "priority", "added_at")[:k]
             ):
-                rows[customer_id].append(_candidate(agenda_id, customer_id, priority, added_at))
-    candidates.by_customer.update(rows)
+                rows[lane.customer_id].append(
+                    _candidate(agenda_id, lane.customer_id, priority, added_at)
+                )
+    for lane, k in wanted:
+        lane.rows = rows[lane.customer_id]
+        lane.exhausted = len(lane.rows) < k
 
 
 def _candidate(
@@ -299,22 +539,6 @@ def _candidate(
 ) -> fairness.ReadyCandidate:
     return fairness.ReadyCandidate(
         agenda_id=agenda_id, customer_id=customer_id, priority=priority, added_at=added_at
-    )
-
-
-def _pick(
-    insight: Insight,
-    info: InsightScheduleInfo,
-    candidates: _Candidates,
-    room: int,
-    weights: dict[str, int],
-) -> tuple[list[fairness.ReadyCandidate], dict]:
-    return fairness.pick(
-        insight.scheduling_algorithm,
-        candidates.by_customer,
-        room,
-        state={"pending_customer_ids": info.pending_customer_ids, "deficits": info.deficits},
-        weights=weights,
     )
 
 

@@ -1,37 +1,25 @@
 from django.db import models
 from django.db.models import Q
 
-from agendas.queue_models import CallbackDelivery, QueuedAgenda, ReadyAgenda
+from agendas.queue_models import (
+    CallbackDelivery,
+    CustomerLane,
+    InsightScheduleInfo,
+    QueuedAgenda,
+    ReadyAgenda,
+)
 from core.models import OwnedModel
 
 __all__ = [
     "Alert",
     "AlertRule",
     "CallbackDelivery",
+    "CustomerLane",
     "InsightScheduleInfo",
     "QueuedAgenda",
     "ReadyAgenda",
     "Schedule",
 ]
-
-
-class InsightScheduleInfo(models.Model):
-    insight = models.OneToOneField(
-        "resourcepools.Insight", on_delete=models.CASCADE, related_name="schedule_info"
-    )
-    pending_customer_ids = models.JSONField(
-        default=list, blank=True, help_text="Round-robin cursor: customers still owed a turn."
-    )
-    deficits = models.JSONField(default=dict, blank=True, help_text="Weighted-fair credit.")
-    next_position = models.BigIntegerField(default=1)
-    last_fill_at = models.DateTimeField(null=True, blank=True)
-    last_fill_count = models.PositiveIntegerField(default=0)
-
-    class Meta:
-        verbose_name_plural = "insight schedule info"
-
-    def __str__(self) -> str:
-        return f"schedule info of {self.insight_id}"
 
 
 class Schedule(OwnedModel):

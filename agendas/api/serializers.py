@@ -223,6 +223,7 @@ class AgendaSerializer(serializers.ModelSerializer):
             "priority",
             "max_attempts",
             "retry_delay_seconds",
+            "cost",
             "callback_url",
             "state",
             "processing_state",

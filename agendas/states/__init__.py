@@ -8,7 +8,8 @@ state.
 - `machine`: the transition table, transitions and what entering a state writes, operation
   states, execution outcomes and the retry policy;
 - `claim`: the pull's claim of queued agendas;
-- `bulk`: set-based forms of those writes for the hot paths (fill, promote, batch report).
+- `bulk`: set-based forms of those writes for the hot paths (fill, promote, batch report);
+- `lanes`: the customer lanes kept in step with the ready set, and fair share's charges.
 
 Callers import from `agendas.states`; fill nudges are `agendas.fill_nudge`.
 """
@@ -24,6 +25,13 @@ from agendas.states.bulk import (
 from agendas.states.claim import (
     executions_start,
     queue_claim,
+)
+from agendas.states.lanes import (
+    DEFAULT_COST_SECONDS,
+    lanes_charge,
+    lanes_sleep,
+    lanes_wake,
+    usage_inflation,
 )
 from agendas.states.machine import (
     ALLOWED,
@@ -57,6 +65,7 @@ from core.errors import InvalidTransition
 __all__ = [
     "ALLOWED",
     "COUNTED_OUTCOMES",
+    "DEFAULT_COST_SECONDS",
     "InvalidTransition",
     "NOTIFY",
     "OPERATION_TERMINAL",
@@ -74,6 +83,9 @@ __all__ = [
     "executions_start",
     "fill_nudge",
     "fill_nudges_cancel",
+    "lanes_charge",
+    "lanes_sleep",
+    "lanes_wake",
     "operation_set_state",
     "operations_abort_unfinished",
     "operations_append",
@@ -90,4 +102,5 @@ __all__ = [
     "queue_claim",
     "retry_delay",
     "transition",
+    "usage_inflation",
 ]

@@ -13,6 +13,7 @@ from django.utils import timezone
 from agendas.fill_nudge import fill_nudge
 from agendas.models import AgendaProgress, Execution, OperationProgress
 from agendas.queue_models import CallbackDelivery, QueuedAgenda, ReadyAgenda
+from agendas.states.lanes import lanes_charge, lanes_wake
 from agendas.states.machine import (
     S,
     _callback_delivery,
@@ -72,6 +73,7 @@ def execution_close(
     execution.ended_at = now
     execution.diagnostics = [*execution.diagnostics, *(diagnostics or [])]
     execution.save(update_fields=["outcome", "ended_at", "diagnostics", "updated_at"])
+    lanes_charge([execution], now=now)
 
 
 def progress_promote_due(*, now: datetime, limit: int) -> dict[object, int]:
@@ -103,6 +105,7 @@ def progress_promote_due(*, now: datetime, limit: int) -> dict[object, int]:
         )
         for _, agenda_id, customer_id, insight_id, priority in due
     )
+    lanes_wake((insight_id, customer_id) for _, _, customer_id, insight_id, _ in due)
     promoted: dict[object, int] = {}
     for row in due:
         promoted[row[3]] = promoted.get(row[3], 0) + 1
@@ -176,6 +179,7 @@ def executions_report_many(
         progress.attempts_completed += 1
         progress.percent_complete = 100.0
         _progress_enter(progress, S.SUCCEEDED, message=message or "succeeded", now=now)
+    lanes_charge([execution for _, execution, _ in succeeded], now=now)
     _update_from_values(
         Execution,
         [execution for _, execution, _ in renewed] + [execution for _, execution, _ in succeeded],

@@ -19,6 +19,7 @@ from agenda_language.progress import percent_rollup as agenda_percent
 from agendas.fill_nudge import fill_nudge
 from agendas.models import Agenda, AgendaProgress, Execution, OperationProgress
 from agendas.queue_models import CallbackDelivery, QueuedAgenda, ReadyAgenda
+from agendas.states.lanes import lanes_charge, lanes_refund, lanes_wake
 from core.after_commit import after_commit
 from core.errors import InvalidTransition
 
@@ -103,6 +104,7 @@ def progress_create_many(
         )
         for index, agenda in enumerate(ready)
     )
+    lanes_wake((agenda.insight_id, agenda.customer_id) for agenda in ready)
     fill_nudge(agenda.insight_id for agenda in ready)
     for progress in progresses:
         progress.agenda.progress = progress
@@ -165,6 +167,9 @@ def transition(
         # Leaving the queues: a paused or aborted agenda must never be pulled (docs/design.md §6.3).
         ReadyAgenda.objects.filter(agenda_id=progress.agenda_id).delete()
         QueuedAgenda.objects.filter(agenda_id=progress.agenda_id).delete()
+    if source == S.QUEUED and target != S.EXECUTING:
+        # Charged when queued (fair share), never run: the charge is given back.
+        lanes_refund(progress.agenda.insight_id, progress.customer_id, now=now)
     if target == S.QUEUED:
         _enter_queue(progress.agenda_id, position=queue_position, now=now)
     if target == S.READY:
@@ -293,6 +298,7 @@ def _enter_ready(progress: AgendaProgress, *, agenda: Agenda, now: datetime) -> 
         priority=agenda.priority,
         added_at=now,
     )
+    lanes_wake([(agenda.insight_id, agenda.customer_id)])
     fill_nudge([agenda.insight_id])
 
 
@@ -452,6 +458,7 @@ def execution_end(
         execution.diagnostics = [*execution.diagnostics, *diagnostics]
         fields.append("diagnostics")
     execution.save(update_fields=sorted(set(fields)))
+    lanes_charge([execution], now=now)
     extra = list(progress_fields)
     if outcome in COUNTED_OUTCOMES:
         progress.attempts_completed += 1

@@ -41,6 +41,9 @@ def register(commands: Any, common: argparse.ArgumentParser) -> None:
     submit.add_argument("--priority", type=int, choices=range(10), metavar="0-9")
     submit.add_argument("--max-attempts", type=int)
     submit.add_argument("--retry-delay", type=int, dest="retry_delay_seconds")
+    submit.add_argument(
+        "--cost", type=float, metavar="SECONDS", help="expected execution time (fair share)"
+    )
     submit.add_argument("--insight", dest="default_insight", help="preferred insight (name or id)")
     submit.add_argument("--customer", help="needed when you belong to several customers")
     submit.add_argument("--callback-url")
@@ -131,7 +134,7 @@ def cmd_agendas_submit(ctx: Context) -> int:
         key: getattr(args, key)
         for key in (
             "link_id", "external_id", "priority", "max_attempts", "retry_delay_seconds",
-            "default_insight", "customer", "callback_url", "run_after",
+            "cost", "default_insight", "customer", "callback_url", "run_after",
         )
         if getattr(args, key) is not None
     }  # fmt: skip

@@ -222,6 +222,7 @@ class InsightSerializer(serializers.ModelSerializer):
             "execution_limit",
             "rate_limit",
             "rate_period_seconds",
+            "usage_half_life_seconds",
             "paused",
         ]
         read_only_fields = OWNED_READ_ONLY
@@ -233,6 +234,7 @@ class InsightSerializer(serializers.ModelSerializer):
             "execution_limit": {"min_value": 1, "max_value": 1_000_000},
             "rate_limit": {"min_value": 1, "max_value": 1_000_000},
             "rate_period_seconds": {"min_value": 1, "max_value": 7 * 86_400},
+            "usage_half_life_seconds": {"min_value": 1, "max_value": 30 * 86_400},
             "order": {"min_value": -1_000_000, "max_value": 1_000_000},
             "is_global": {
                 "help_text": "Offered to every customer of the pool and listed to all "

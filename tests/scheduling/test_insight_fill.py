@@ -10,7 +10,7 @@ from agendas.models import AgendaProgress
 from resourcepools.models import Insight
 from scheduling import fill as fill_service
 from scheduling.locks import insight_fill_try_lock
-from scheduling.models import InsightScheduleInfo, QueuedAgenda, ReadyAgenda
+from scheduling.models import CustomerLane, InsightScheduleInfo, QueuedAgenda, ReadyAgenda
 from tests.factories import CustomerFactory
 from tests.scheduling.conftest import state_of
 
@@ -86,7 +86,7 @@ def test_customer_at_max_executing_is_skipped_others_are_served(
     assert {agenda.pk for agenda in theirs} <= executing
 
 
-def test_round_robin_cursor_is_persisted_between_fills(
+def test_round_robin_turns_are_kept_in_the_lanes_between_fills(
     make_principal, submit_agenda, insight, pool
 ):
     customers = [CustomerFactory(slug=slug, resource_pool=pool) for slug in ("a", "b", "c")]
@@ -103,7 +103,18 @@ def test_round_robin_cursor_is_persisted_between_fills(
         QueuedAgenda.objects.order_by("position").values_list("customer_id", flat=True)
     )
     assert queued_customers == [ordered[0].pk, ordered[1].pk]
-    assert info.pending_customer_ids == [str(ordered[2].pk)]
+    served = dict(CustomerLane.objects.values_list("customer_id", "served"))
+    assert served == {ordered[0].pk: 1.0, ordered[1].pk: 1.0, ordered[2].pk: 0.0}
+    assert info.virtual_time == 0.0
+
+    for principal in principals:
+        submit_agenda(principal)
+    QueuedAgenda.objects.all().delete()  # (as if pulled) room for two more
+    fill_service.insight_fill(insight_id=insight.pk)
+
+    # The customer still owed its first turn is served before anyone gets a second.
+    queued = list(QueuedAgenda.objects.order_by("position").values_list("customer_id", flat=True))
+    assert queued == [ordered[2].pk, ordered[0].pk]
 
 
 def test_a_second_filler_skips_while_the_first_holds_the_lock(insight):
@@ -159,7 +170,7 @@ def test_fill_reads_more_of_a_customer_the_picker_emptied_until_the_room_is_met(
     assert counts == {"acme": 8, "globex": 1, "third": 1}
 
 
-def test_weighted_fair_fill_shares_the_room_by_weight_and_keeps_the_deficits(
+def test_weighted_fair_fill_shares_the_room_by_weight_and_charges_the_lanes(
     submitter, other_submitter, submit_agenda, insight, customer, fill
 ):
     customer.weight = 3
@@ -177,7 +188,8 @@ def test_weighted_fair_fill_shares_the_room_by_weight_and_keeps_the_deficits(
         QueuedAgenda.objects.values_list("customer__slug").annotate(n=Count("pk")).order_by()
     )
     assert counts == {"acme": 6, "globex": 2}
-    assert isinstance(InsightScheduleInfo.objects.get(insight=insight).deficits, dict)
+    served = dict(CustomerLane.objects.values_list("customer__slug", "served"))
+    assert served == {"acme": pytest.approx(2.0), "globex": pytest.approx(2.0)}
 
 
 def test_fifo_fill_takes_the_oldest_even_past_the_first_rows_read(
