@@ -7,6 +7,7 @@ from django import forms
 from django.core.exceptions import ValidationError
 from django.db.models import QuerySet
 
+from agendas.labels import label_filter_parsed
 from agendas.models import AgendaProgress
 from agendas.selectors import (
     agenda_template_list,
@@ -31,6 +32,21 @@ class AgendaFilterForm(forms.Form):
     template = forms.ChoiceField(required=False, label="Template")
     insight = forms.ChoiceField(required=False, label="Insight")
     link_id = forms.CharField(required=False, label="Link id", max_length=255, strip=True)
+    label = forms.CharField(
+        required=False,
+        label="Label (key:value)",
+        max_length=400,
+        strip=True,
+        help_text="Repeat ?label= in the address to match several.",
+    )
+
+    def clean_label(self) -> list[tuple[str, str]]:
+        """Every `label` parameter of the address (ANDed), each `key:value`."""
+        given = self.data.getlist("label") if hasattr(self.data, "getlist") else []
+        try:
+            return [label_filter_parsed(text.strip()) for text in given if text.strip()]
+        except ValueError as error:
+            raise forms.ValidationError(str(error)) from error
 
     def __init__(self, *args: Any, principal: Any, with_choices: bool = True, **kwargs: Any):
         super().__init__(*args, **kwargs)

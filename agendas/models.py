@@ -77,6 +77,12 @@ class Agenda(OwnedModel):
         "agenda is queued and corrected when it ends; empty = the customer's running mean.",
     )
     callback_url = models.URLField(max_length=1000, blank=True, default="")
+    labels = models.JSONField(
+        default=dict,
+        blank=True,
+        help_text="Flat key → text map for finding and acting on sets of agendas "
+        "(agendas.labels; on PostgreSQL the GIN index agenda_labels serves `labels @> …`).",
+    )
     external_id = models.CharField(max_length=255, blank=True, default="", db_index=True)
     idempotency_key = models.CharField(max_length=255, blank=True, default="")
 

@@ -2,9 +2,11 @@
 
 import re
 import uuid
+from collections.abc import Iterable
 
 from django.db.models import Count, Prefetch, Q, QuerySet
 
+from agendas.labels import labels_matching
 from agendas.models import Agenda, AgendaProgress, AgendaTemplate, Execution, OperationProgress
 from agendas.states import TERMINAL, S
 from resourcepools.models import Membership
@@ -119,6 +121,7 @@ def agenda_search(
     template_id: object = None,
     insight_id: object = None,
     text: str = "",
+    labels: Iterable[tuple[str, str]] = (),
 ) -> QuerySet[Agenda]:
     """Visible agendas matching the page's filters, newest first, without their operations."""
     agendas = agenda_list(principal=principal).prefetch_related(None)
@@ -132,6 +135,7 @@ def agenda_search(
         agendas = agendas.filter(template_id=template_id)
     if insight_id:
         agendas = agendas.filter(insight_id=insight_id)
+    agendas = labels_matching(agendas, labels)
     text = text.strip()
     if text:
         try:

@@ -21,7 +21,7 @@ from agendas.models import Agenda, AgendaProgress, AgendaTemplate, OperationProg
 from agendas.validation import validate_agenda_options, validate_operations
 from audit.services import audit_record, audit_record_bulk
 from core.errors import validation_messages
-from resourcepools.mapping import InsightCandidate, choose_insight
+from resourcepools.mapping import InsightCandidate, accepted_operation_types, choose_insight
 from resourcepools.models import Customer, Membership
 from resourcepools.selectors import (
     Principal,
@@ -62,6 +62,7 @@ def agenda_submit(
     max_attempts: int = 3,
     retry_delay_seconds: int = 10,
     cost: float | None = None,
+    labels: dict[str, str] | None = None,
     callback_url: str = "",
     run_after: datetime | None = None,
     do_not_run: bool = False,
@@ -93,6 +94,7 @@ def agenda_submit(
         max_attempts=max_attempts,
         retry_delay_seconds=retry_delay_seconds,
         cost=cost,
+        labels=labels or {},
         callback_url=callback_url,
         external_id=external_id,
         idempotency_key=idempotency_key or "",
@@ -141,21 +143,18 @@ def _unsaved_agenda(
     Agenda."""
     options = {
         name: fields[name]
-        for name in ("priority", "max_attempts", "retry_delay_seconds", "cost")
+        for name in ("priority", "max_attempts", "retry_delay_seconds", "cost", "labels")
         if name in fields
     }
     errors = validate_operations(operations) | validate_agenda_options(**options)
     if errors:
         raise ValidationError(errors)
+    offered = candidates()
     candidate = choose_insight(
-        candidates(), operations=operations, params=params, default_insight=default_insight
+        offered, operations=operations, params=params, default_insight=default_insight
     )
     if candidate is None:
-        pool = customer.resource_pool.name if customer.resource_pool else "(none)"
-        types = sorted({operation["type"] for operation in operations})
-        raise ValidationError(
-            {"insight": [f"No insight of pool {pool} accepts operation types {types}."]}
-        )
+        raise ValidationError(_no_insight_errors(customer, offered, operations))
     return Agenda(
         customer=customer,
         insight_id=uuid.UUID(candidate.id),
@@ -163,6 +162,25 @@ def _unsaved_agenda(
         params=params,
         **fields,
     )
+
+
+def _no_insight_errors(
+    customer: Customer, offered: list[InsightCandidate], operations: list[dict]
+) -> dict[str, list[str]]:
+    """Why no insight takes the agenda, on each operation's type, with what the pool accepts."""
+    pool = customer.resource_pool.name if customer.resource_pool else None
+    if not offered:
+        where = f"pool {pool}" if pool else "no resource pool"
+        return {"insight": [f"Customer {customer.slug} has {where} with an insight it may use."]}
+    accepted = accepted_operation_types(offered)
+    known = ", ".join(accepted) if accepted else "none by type (only by name or parameter)"
+    return {
+        f"operations.{index}.type": [
+            f"No insight of pool {pool} accepts type {operation['type']!r}; "
+            f"types accepted: {known}."
+        ]
+        for index, operation in enumerate(operations)
+    }
 
 
 def _locked_progress(agenda: Agenda) -> AgendaProgress:
@@ -468,6 +486,7 @@ def _bulk_plan(
                 max_attempts=item["max_attempts"],
                 retry_delay_seconds=item["retry_delay_seconds"],
                 cost=item["cost"],
+                labels=item["labels"] or {},
                 callback_url=item["callback_url"],
                 external_id=item["external_id"],
                 idempotency_key=key or "",

@@ -12,6 +12,7 @@ from django.core.exceptions import ValidationError
 from rest_framework import serializers
 
 from agenda_language.references import find_references
+from agendas.labels import MAX_LABELS, labels_problems
 from agendas.validation import COST_RANGE
 from core.api import JSONObjectField, OptionalURLField, flatten_errors
 
@@ -45,6 +46,11 @@ class AgendaOptionsSerializer(serializers.Serializer):
         "(on `fair_share` insights) and corrected to the real time when it ends. Default: "
         "your running mean on the insight.",
     )
+    labels = JSONObjectField(
+        required=False,
+        help_text=f"Up to {MAX_LABELS} labels, key → text, to find and act on sets of agendas "
+        "(`?label=key:value`). Keys: letters, digits, '_', '.', '-', '/'.",
+    )
     callback_url = OptionalURLField(required=False, help_text="Overrides the customer's.")
     run_after = serializers.DateTimeField(
         required=False, allow_null=True, help_text="Not eligible before this time."
@@ -55,6 +61,16 @@ class AgendaOptionsSerializer(serializers.Serializer):
     default_insight = serializers.CharField(
         max_length=200, required=False, help_text="Preferred insight, by name or id."
     )
+
+    def validate_labels(self, value: dict) -> dict:
+        problems = labels_problems(value)
+        if "labels" in problems:  # about the whole map
+            raise serializers.ValidationError(problems["labels"])
+        if problems:  # about single labels: reported as labels.<key>
+            raise serializers.ValidationError(
+                {path.removeprefix("labels."): messages for path, messages in problems.items()}
+            )
+        return value
 
     def validate_cost(self, value: float | None) -> float | None:
         if value is not None and not math.isfinite(value):

@@ -60,7 +60,8 @@ def template_run(
     cid: str = "",
     **options: Any,
 ) -> tuple[Agenda, bool]:
-    """Expand the template with `payload` and submit the result; options override the body.
+    """Expand the template with `payload` and submit the result; options override the body
+    (labels are merged: the body's, then the caller's).
 
     The body's options are checked as a submission's (400 `agenda.<name>`), the caller's too
     (400 `<name>`). A body's `callback_url` counts only for its owner's runs: a template never
@@ -69,15 +70,23 @@ def template_run(
     customer = submitting_customer(principal=principal, customer=customer)
     body = template_expand(template=template, payload=payload)
     overrides = {key: value for key, value in options.items() if value is not None}
-    from_body = {key: body[key] for key in SUBMIT_OPTIONS if key in body and key not in overrides}
+    from_body = {
+        key: body[key]
+        for key in SUBMIT_OPTIONS
+        if key in body and (key not in overrides or key == "labels")
+    }
     if template.customer_id != customer.pk:
         from_body.pop("callback_url", None)
     submit, errors = {}, {}
     for given, prefix in ((from_body, "agenda."), (overrides, "")):
         try:
-            submit.update(agenda_options_checked(given, prefix=prefix))
+            checked = agenda_options_checked(given, prefix=prefix)
         except ValidationError as error:
             errors.update(error.message_dict)
+            continue
+        # Labels add up: the body's, then the caller's (a key in both: the caller's value).
+        checked["labels"] = {**submit.get("labels", {}), **checked.get("labels", {})}
+        submit.update(checked)
     if errors:
         raise ValidationError(errors)
     return agenda_submit(

@@ -13,6 +13,7 @@ from agenda_language.dependencies import (
     params_depends_on,
 )
 from agenda_language.references import POP_PREFIX, find_references, output_operation
+from agendas.labels import labels_problems
 
 MAX_OPERATIONS = 1000
 MAX_NAME_LENGTH = 100
@@ -168,6 +169,8 @@ def validate_agenda_options(**options: Any) -> dict[str, list[str]]:
             errors[name] = ["A whole number is required."]
         elif not low <= value <= high:
             errors[name] = [f"Must be between {low} and {high}."]
+    if options.get("labels") is not None:
+        errors |= labels_problems(options["labels"])
     cost = options.get("cost")
     if cost is not None:
         low, high = COST_RANGE

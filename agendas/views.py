@@ -2,6 +2,7 @@
 in, the
 services for actions, HTML out. Another customer's object is a 404 here as in the API."""
 
+import json
 from urllib.parse import urlencode
 
 from django.contrib import messages
@@ -16,6 +17,7 @@ from django.views.decorators.http import require_POST
 
 from agendas.forms import AgendaFilterForm, ProgressForm, TemplateRunForm, submit_customers
 from agendas.models import Agenda, AgendaProgress, AgendaTemplate
+from agendas.payload_example import payload_example
 from agendas.selectors import (
     agenda_list,
     agenda_search,
@@ -68,6 +70,7 @@ def agendas(request: HttpRequest) -> HttpResponse:
         template_id=filters.get("template") or None,
         insight_id=filters.get("insight") or None,
         text=filters.get("text") or "",
+        labels=filters.get("label") or (),
     )
     page = Paginator(rows, AGENDAS_PER_PAGE).get_page(request.GET.get("page"))
     query = request.GET.copy()
@@ -241,7 +244,10 @@ def template_detail(request: HttpRequest, template_id: object) -> HttpResponse:
             except ValidationError as error:
                 form.add_service_errors(error)
     else:
-        form = TemplateRunForm(customers=customers)
+        example = payload_example(template.payload_schema)
+        form = TemplateRunForm(
+            customers=customers, initial={"payload": json.dumps(example, indent=2)}
+        )
     context = {
         "nav": "templates",
         "template": template,

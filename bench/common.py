@@ -358,9 +358,9 @@ def bulk_insert_ready(
                 """
                 INSERT INTO agendas_agenda (id, link_id, cid, created_at, updated_at, customer_id,
                     insight_id, operations, params, priority, max_attempts, retry_delay_seconds,
-                    callback_url, external_id, idempotency_key)
+                    callback_url, external_id, idempotency_key, labels)
                 SELECT id, '', 'bench', now(), now(), customer_id, %s, %s::jsonb, '{}'::jsonb,
-                    5, 3, 0, '', '', ''
+                    5, 3, 0, '', '', '', '{}'::jsonb
                 FROM bench_new
                 """,
                 [insight_id, ops],

@@ -1,7 +1,8 @@
-"""Fairness: one customer floods, ten submit a few each, 2 pullers — round_robin, fifo and
-weighted_fair.
+"""Fairness: one customer floods, ten submit a few each, 2 pullers — round_robin, fair_share,
+fifo and weighted_fair.
 
-round_robin and fifo (each on its own copy of one prepared database): the flooding customer
+round_robin, fair_share and fifo (each on its own copy of one prepared database; --quick runs
+round_robin and fair_share): the flooding customer
 has `flood` ready agendas (set-based SQL: the first few thousand as a submit writes them, the
 rest ReadyAgenda rows only, behind them — more than a run can pull); a periodic
 filler (every POP_FILL_INTERVAL = 2 s, plus the sync fill nudges after pulls) and 2 in-process
@@ -351,11 +352,12 @@ def run(*, quick: bool) -> PhaseResult:
         # separate the algorithm from the fill stalls the throttle causes (bench/RESULTS.md).
         runs = [
             ("round_robin", "round_robin", default_throttle),
+            ("fair_share", "fair_share", default_throttle),
             ("fifo", "fifo", default_throttle),
             ("round_robin, nudge throttle 0", "round_robin", 0.0),
         ]
-        if quick:  # the short form: one flood run
-            runs = runs[:1]
+        if quick:  # the short form: round robin and fair share
+            runs = runs[:2]
         for label, algorithm, throttle in runs:
             dbname = f"{BASE_DB}_run"
             create_database(dbname, template=BASE_DB)

@@ -82,8 +82,8 @@ class PopClient(ApiSession):
         """One page of agendas: ``{count, next, previous, results}``.
 
         Filters: ``link_id``, ``cid``, ``customer``, ``state``, ``insight``, ``template``,
-        ``external_id``, ``created_after``, ``created_before``, ``ordering``, ``limit``,
-        ``offset``.
+        ``external_id``, ``label`` (``"key:value"`` or a list of them, all must match),
+        ``created_after``, ``created_before``, ``ordering``, ``limit``, ``offset``.
         """
         return self._get("agendas/", **filters)
 

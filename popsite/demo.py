@@ -1,10 +1,12 @@
 """Demo data for `make run` (docs/deploy.md): idempotent, safe to load again."""
 
 from dataclasses import dataclass, field
+from datetime import timedelta
 from pathlib import Path
 
 from django.contrib.auth import get_user_model
 from django.db import transaction
+from django.utils import timezone
 
 from accounts.models import ApiToken
 from accounts.selectors import token_for_key
@@ -77,6 +79,31 @@ PACKAGE_TEMPLATE = {
     ],
     "link_id": "@<pop.payload::/link_id?packaging>",
 }
+# A little work every minute for the demo's first minutes, so a first visit sees it moving.
+PULSE_TEMPLATE = {
+    "operations": [
+        {"name": "tick", "type": "log", "payload": {"message": "pulse from the demo schedule"}},
+        {
+            "name": "work",
+            "type": "sleep",
+            "payload": {"seconds": "@<pop.payload::/seconds?20>"},
+            "depends_on": ["tick"],
+        },
+    ],
+    "link_id": "demo-pulse",
+}
+PULSE_MINUTES = 10
+# Fails at its second operation (a probe of a file that is not there: a permanent failure,
+# not retried), so the agenda page's rerun can be tried.
+FAILING_OPERATIONS = [
+    {"name": "announce", "type": "log", "payload": {"message": "about to probe a missing file"}},
+    {
+        "name": "probe",
+        "type": "mediainfo",
+        "payload": {"input": "/nonexistent/demo-missing.mp4"},
+        "depends_on": ["announce"],
+    },
+]
 PACKAGE_SCHEMA = {
     "type": "object",
     "required": ["input", "output_dir"],
@@ -212,6 +239,29 @@ def demo_load(worker_token: str = "", sample_media: str = "") -> DemoSummary:
             },
         },
     )
+    pulse, _ = AgendaTemplate.objects.get_or_create(
+        customer=acme,
+        name="demo-pulse",
+        defaults={
+            "description": "A log line and a short sleep: the demo's every-minute schedule.",
+            "agenda": PULSE_TEMPLATE,
+            "is_global": True,
+        },
+    )
+    # Each load restarts the pulse for its first minutes (then the schedule expires).
+    Schedule.objects.update_or_create(
+        customer=acme,
+        name="demo-pulse-every-minute",
+        defaults={
+            "template": pulse,
+            "payload": {"seconds": 20},
+            "cron": "* * * * *",
+            "timezone": "UTC",
+            "state": Schedule.State.ACTIVE,
+            "end_at": timezone.now() + timedelta(minutes=PULSE_MINUTES),
+            "next_run_at": None,
+        },
+    )
     Schedule.objects.get_or_create(
         customer=acme,
         name="nightly-probe",
@@ -241,6 +291,24 @@ def demo_load(worker_token: str = "", sample_media: str = "") -> DemoSummary:
                 link_id=f"{slug}-demo",
             )
             summary.agendas_created += 1
+        for (slug, _, _), seconds in zip(CUSTOMERS, (60, 90, 120), strict=True):
+            agenda_submit(  # long enough to be seen executing on a first visit
+                principal=SYSTEM,
+                customer=Customer.objects.get(slug=slug),
+                operations=[{"name": "long-job", "type": "sleep", "payload": {"seconds": seconds}}],
+                link_id=f"{slug}-demo",
+                labels={"demo": "long"},
+            )
+            summary.agendas_created += 1
+        agenda_submit(
+            principal=SYSTEM,
+            customer=acme,
+            operations=FAILING_OPERATIONS,
+            link_id="acme-demo",
+            labels={"demo": "fails"},
+            max_attempts=2,
+        )
+        summary.agendas_created += 1
         if sample_media:
             output_dir = str(Path(sample_media).resolve().parent / "out" / "acme-sample")
             template_run(

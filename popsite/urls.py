@@ -29,6 +29,9 @@ api_patterns = [
     path("redoc/", _docs_csp(SpectacularRedocView.as_view(url_name="schema")), name="redoc"),
 ]
 
+# An unhandled error: JSON on the API, 503 + Retry-After when the database is unreachable.
+handler500 = "popsite.server_errors.server_error"
+
 urlpatterns = [
     # Pages that are not ours (the admin, the API docs) still make browsers ask for this.
     path("favicon.ico", RedirectView.as_view(url=static("favicon.svg"), permanent=True)),

@@ -88,6 +88,17 @@ def insight_matches(
     return False
 
 
+def accepted_operation_types(candidates: Sequence[InsightCandidate]) -> list[str]:
+    """Every operation type some candidate's `operation_type` mapper accepts, sorted."""
+    accepted: set[str] = set()
+    for candidate in candidates:
+        for mapper in _mapper_dicts(candidate.mappers):
+            for name, raw in mapper.items():
+                if _mapper_key(name) == OPERATION_TYPE:
+                    accepted |= _values(raw)
+    return sorted(accepted)
+
+
 def choose_insight(
     candidates: Sequence[InsightCandidate],
     *,

@@ -112,7 +112,11 @@ class Insight(OwnedModel):
         default=10, validators=[MinValueValidator(1)], help_text="Queue depth kept filled."
     )
     scheduling_algorithm = models.CharField(
-        max_length=20, choices=Algorithm.choices, default=Algorithm.ROUND_ROBIN
+        max_length=20,
+        choices=Algorithm.choices,
+        default=Algorithm.FAIR_SHARE,
+        help_text="fair_share (default): execution time by weight; round_robin: turns; "
+        "weighted_fair: turns by weight; fifo: oldest first.",
     )
     mappers = models.JSONField(
         default=dict,

@@ -15,6 +15,7 @@ from scheduling.models import (
     Alert,
     AlertRule,
     CallbackDelivery,
+    CustomerLane,
     InsightScheduleInfo,
     QueuedAgenda,
     ReadyAgenda,
@@ -51,8 +52,27 @@ class QueuedAgendaAdmin(ReadOnlyAdmin):
 
 @admin.register(InsightScheduleInfo)
 class InsightScheduleInfoAdmin(ReadOnlyAdmin):
-    list_display = ["insight", "last_fill_at", "last_fill_count"]
+    list_display = ["insight", "virtual_time", "last_fill_at", "last_fill_count"]
     list_select_related = ["insight"]
+
+
+@admin.register(CustomerLane)
+class CustomerLaneAdmin(ReadOnlyAdmin):
+    """Each customer's turn-keeping per insight (docs/design.md §6.1), to see who is served."""
+
+    list_display = [
+        "customer",
+        "insight",
+        "active",
+        "served",
+        "mean_seconds",
+        "pending_count",
+        "pending_charge",
+    ]
+    list_filter = ["active", "insight"]
+    search_fields = ["customer__slug", "customer__name"]
+    list_select_related = ["insight", "customer"]
+    ordering = ["insight", "served"]
 
 
 class ScheduleAdminForm(forms.ModelForm):

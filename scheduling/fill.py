@@ -179,6 +179,15 @@ class _LaneFill:
         self.turns = turns
         self.order = turns.order
 
+    def expected_seconds(self, lane: _LaneState) -> float:
+        """Fair share's charge for one of the lane's agendas that declares no cost: the lane's
+        running mean; for a customer with none yet, the mean of the lanes read that have one
+        (what work on this insight usually takes), else states.DEFAULT_COST_SECONDS."""
+        if lane.mean_seconds is not None:
+            return lane.mean_seconds
+        known = [other.mean_seconds for other in self.lanes if other.mean_seconds is not None]
+        return sum(known) / len(known) if known else states.DEFAULT_COST_SECONDS
+
     def _fair_lane(self, lane: _LaneState) -> fairness.Lane:
         may_take = min(lane.may_take, len(lane.rows)) if lane.exhausted else lane.may_take
         return fairness.Lane(
@@ -188,7 +197,7 @@ class _LaneFill:
             charge=fairness.lane_charge(
                 self.algorithm,
                 weight=lane.weight,
-                cost_seconds=lane.mean_seconds or states.DEFAULT_COST_SECONDS,
+                cost_seconds=self.expected_seconds(lane),
                 inflation=self.inflation,
             ),
         )
@@ -309,7 +318,7 @@ def _lanes_record(
         served, pending = lane.served, 0.0
         picks = moved_by_lane.get(lane.customer_id, ())
         for pick in picks:
-            seconds = costs.get(pick.agenda_id, lane.mean_seconds or states.DEFAULT_COST_SECONDS)
+            seconds = costs.get(pick.agenda_id, fill.expected_seconds(lane))
             pending += seconds
             served += fairness.lane_charge(
                 fill.algorithm, weight=lane.weight, cost_seconds=seconds, inflation=fill.inflation
@@ -320,7 +329,10 @@ def _lanes_record(
             changed[lane.pk] = (served, pending, len(picks)) if charging else (served, 0.0, 0)
     _lanes_set_served(changed)
     if frontier is not None:
-        info.virtual_time = max(info.virtual_time, frontier)
+        # Not a running maximum: fair share's corrections can lower every lane's service
+        # (work that ran shorter than charged), and a lane waking at an old high mark would
+        # wait behind them for as long as it took them to climb back.
+        info.virtual_time = frontier
     moved_count = {customer: len(picks) for customer, picks in moved_by_lane.items()}
     states.lanes_sleep(
         insight.pk,

@@ -281,6 +281,7 @@ _REPORT_AGENDA_FIELDS = frozenset(
         "link_id",
         "cid",
         "external_id",
+        "labels",
         "callback_url",
         "created_at",
         "priority",
@@ -289,7 +290,7 @@ _REPORT_AGENDA_FIELDS = frozenset(
     }
 )
 _REPORT_CUSTOMER_FIELDS = frozenset({"id", "slug", "callback_url"})
-_REPORT_INSIGHT_FIELDS = frozenset({"id", "lease_seconds"})
+_REPORT_INSIGHT_FIELDS = frozenset({"id", "lease_seconds", "scheduling_algorithm"})
 
 
 def _lock_current(execution_ids: list) -> dict[object, tuple[AgendaProgress, Execution]]:
@@ -328,6 +329,8 @@ def _lock_current(execution_ids: list) -> dict[object, tuple[AgendaProgress, Exe
     for row in rows:
         progress, execution, agenda, customer, insight = load_row(loaders, row)
         agenda.customer, agenda.insight = customer, insight
+        if execution.insight_id == insight.pk:
+            execution.insight = insight  # fair share's charge skips other algorithms' lanes
         progress.agenda = agenda
         locked[execution.pk] = (progress, execution)
     return locked

@@ -54,9 +54,10 @@ for _ in $(seq 1 50); do
     sleep 0.2
 done
 # The worker reads its token from the file: a token in argv would show in `ps`.
+# Four agendas at once each: the demo's long sleeps must not hold up everything else.
 for insight in mediainfo transcode; do
     .venv/bin/pop worker --url "$URL" --token-file run/demo-worker.token --insight "$insight" \
-        --name "demo-$insight" >>"run/worker-$insight.log" 2>&1 &
+        --name "demo-$insight" --concurrency 4 >>"run/worker-$insight.log" 2>&1 &
     pids+=($!)
 done
 

@@ -40,6 +40,8 @@ class InsightFactory(factory.django.DjangoModelFactory):
     name = factory.Sequence(lambda n: f"insight-{n}")
     mappers = factory.LazyFunction(lambda: {"operation_type": ["mediainfo", "log", "sleep"]})
     is_global = True
+    # Tests that count turns rely on round robin's exact order; fair share has its own tests.
+    scheduling_algorithm = Insight.Algorithm.ROUND_ROBIN
 
 
 class MembershipFactory(factory.django.DjangoModelFactory):

@@ -1,7 +1,9 @@
 """Query filters of the agenda endpoints (docs/design.md §10); every filter documents itself."""
 
 import django_filters
+from django import forms
 
+from agendas.labels import label_filter_parsed, labels_matching
 from agendas.models import Agenda, AgendaProgress, AgendaTemplate, OperationProgress
 from core.api import OwnedRowFilter, customer_filter, id_prefix_filter
 
@@ -9,8 +11,40 @@ AgendaState = AgendaProgress.State
 OperationState = OperationProgress.State
 
 
+class RepeatedParameterWidget(forms.Widget):
+    """Every value of a repeated query parameter (`?label=a:1&label=b:2`), commas kept."""
+
+    def value_from_datadict(self, data, files, name):
+        return data.getlist(name) if hasattr(data, "getlist") else data.get(name)
+
+
+class LabelPairsField(forms.Field):
+    widget = RepeatedParameterWidget
+
+    def to_python(self, value):
+        values = [value] if isinstance(value, str) else list(value or [])
+        try:
+            return [label_filter_parsed(text) for text in values if text]
+        except ValueError as error:
+            raise forms.ValidationError(str(error)) from error
+
+
+class LabelFilter(django_filters.Filter):
+    """`?label=key:value`, repeatable and ANDed (agendas/labels.py)."""
+
+    field_class = LabelPairsField
+
+    def filter(self, queryset, value):
+        return labels_matching(queryset, value, field=self.field_name) if value else queryset
+
+
 class AgendaFilter(OwnedRowFilter):
     id_prefix = id_prefix_filter()
+    label = LabelFilter(
+        field_name="labels",
+        help_text="Only agendas with this label, written key:value (repeat for several: all "
+        "must match).",
+    )
     customer = customer_filter()
     state = django_filters.MultipleChoiceFilter(
         field_name="progress__state",

@@ -224,6 +224,7 @@ class AgendaSerializer(serializers.ModelSerializer):
             "max_attempts",
             "retry_delay_seconds",
             "cost",
+            "labels",
             "callback_url",
             "state",
             "processing_state",

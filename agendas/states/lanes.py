@@ -6,7 +6,9 @@ the fill reads only active lanes. Two writers meet here:
 - entering `ready` (submit, promote, a retry, resume, rerun) calls `lanes_wake` after writing
   the ready rows: a missing lane is created and an inactive one made active, starting at the
   insight's virtual time (no credit banked while idle), in one statement that leaves active
-  lanes untouched;
+  lanes untouched. It reads the virtual time `FOR SHARE`: a fill of the insight in flight
+  holds that row, and the waking lane must start at the level that fill leaves, not the one
+  before it (else a newcomer would start a whole fill's worth of turns behind);
 - the fill calls `lanes_sleep` for lanes it found empty.
 
 They must never leave an inactive lane with ready agendas. On PostgreSQL every writer of ready
@@ -66,7 +68,8 @@ def lanes_wake(pairs: Iterable[tuple[object, object]]) -> None:
 _UPSERT_SQL = """
 INSERT INTO {lane} (insight_id, customer_id, active, served)
 SELECT w.insight_id, w.customer_id, true,
-       COALESCE((SELECT i.virtual_time FROM {info} i WHERE i.insight_id = w.insight_id), 0)
+       COALESCE((SELECT i.virtual_time FROM {info} i WHERE i.insight_id = w.insight_id
+                 FOR SHARE), 0)
 FROM unnest(%s::uuid[], %s::uuid[]) WITH ORDINALITY AS w(insight_id, customer_id, n)
 WHERE NOT EXISTS (SELECT 1 FROM {lane} l WHERE l.insight_id = w.insight_id
                   AND l.customer_id = w.customer_id AND l.active)
@@ -228,10 +231,19 @@ def lanes_charge(ended: Iterable[Execution], *, now: datetime) -> None:
                 max(0.0, ((execution.ended_at or now) - execution.started_at).total_seconds()),
             )
             for execution in ended
+            if _may_be_fair_share(execution)
         ],
         now=now,
         learn=True,
     )
+
+
+def _may_be_fair_share(execution: Execution) -> bool:
+    """False when the execution's insight is loaded and uses another algorithm (the report
+    path loads it), so those reports skip the charge statement."""
+    if not Execution.insight.is_cached(execution):
+        return True
+    return execution.insight.scheduling_algorithm == Insight.Algorithm.FAIR_SHARE
 
 
 def _lanes_correct(rows: list[tuple[object, object, float]], *, now: datetime, learn: bool) -> None:

@@ -340,6 +340,7 @@ def _callback_delivery(
             "agenda_id": str(agenda.pk),
             "link_id": agenda.link_id,
             "external_id": agenda.external_id,
+            "labels": agenda.labels,
             "customer": agenda.customer.slug,
             "state": progress.state,
             "processing_state": processing_state(progress.state),

@@ -50,6 +50,9 @@ def register(commands: Any, common: argparse.ArgumentParser) -> None:
     submit.add_argument("--run-after", help="ISO time before which it is not run")
     submit.add_argument("--do-not-run", action="store_true", help="create it but never queue it")
     submit.add_argument("--param", action="append", default=[], metavar="KEY=VALUE")
+    submit.add_argument(
+        "--label", action="append", default=[], metavar="KEY=VALUE", help="label it (repeatable)"
+    )
     submit.add_argument("--idempotency-key")
     submit.add_argument(
         "--wait", action="store_true", help="watch until it ends (exit 1 if failed)"
@@ -60,6 +63,13 @@ def register(commands: Any, common: argparse.ArgumentParser) -> None:
     for option in ("state", "link-id", "customer", "insight", "template", "external-id"):
         dest = option.replace("-", "_")
         listing.add_argument(f"--{option}", dest=f"filter_{dest}", metavar=dest.upper())
+    listing.add_argument(
+        "--label",
+        action="append",
+        dest="filter_label",
+        metavar="KEY=VALUE",
+        help="only agendas with this label (repeat: all must match)",
+    )
     listing.add_argument("--by-cid", dest="filter_cid", metavar="CID", help="created with this cid")
     listing.add_argument("--created-after", dest="filter_created_after", metavar="TIME")
     listing.add_argument("--created-before", dest="filter_created_before", metavar="TIME")
@@ -141,12 +151,13 @@ def cmd_agendas_submit(ctx: Context) -> int:
     if args.do_not_run:
         overrides["do_not_run"] = True
     params = _parse_params(args.param)
+    labels = _parse_labels(args.label)
     client = ctx.client()
     if args.bulk:
         items = document.get("agendas") if isinstance(document, dict) else document
         if not isinstance(items, list):
             raise UsageError('--bulk needs a list of agendas (or {"agendas": [...]})')
-        agendas = [_with_overrides(item, overrides, params) for item in items]
+        agendas = [_with_overrides(item, overrides, params, labels) for item in items]
         results = client.submit_agendas_bulk(agendas)
         failed = [r for r in results if isinstance(r, dict) and "errors" in r]
         if ctx.out.as_json:
@@ -165,18 +176,34 @@ def cmd_agendas_submit(ctx: Context) -> int:
     if not isinstance(document, dict):
         raise UsageError("the agenda must be a JSON object or a list of operations")
     agenda = client.submit_agenda(
-        _with_overrides(document, overrides, params), idempotency_key=args.idempotency_key
+        _with_overrides(document, overrides, params, labels),
+        idempotency_key=args.idempotency_key,
     )
     return _after_submit(ctx, agenda, wait=args.wait)
 
 
-def _with_overrides(agenda: Any, overrides: dict[str, Any], params: dict[str, Any]) -> Any:
+def _with_overrides(
+    agenda: Any, overrides: dict[str, Any], params: dict[str, Any], labels: dict[str, str]
+) -> Any:
     if not isinstance(agenda, dict):
         return agenda
     merged = {**agenda, **overrides}
     if params:
         merged["params"] = {**(agenda.get("params") or {}), **params}
+    if labels:
+        merged["labels"] = {**(agenda.get("labels") or {}), **labels}
     return merged
+
+
+def _parse_labels(pairs: list[str]) -> dict[str, str]:
+    """`--label KEY=VALUE` options → {key: value} (the value is text, as labels are)."""
+    labels = {}
+    for pair in pairs:
+        key, equals, value = pair.partition("=")
+        if not equals or not key:
+            raise UsageError(f"--label {pair!r}: write it KEY=VALUE")
+        labels[key] = value
+    return labels
 
 
 def cmd_agendas_list(ctx: Context) -> int:
@@ -186,6 +213,8 @@ def cmd_agendas_list(ctx: Context) -> int:
         for key, value in vars(args).items()
         if key.startswith("filter_") and value is not None
     }
+    if "label" in filters:  # KEY=VALUE on the command line, key:value in the API
+        filters["label"] = [f"{k}:{v}" for k, v in _parse_labels(filters["label"]).items()]
     client = ctx.client()
     if args.all:
         agendas = list(client.iter_agendas(limit=args.limit, **filters))
@@ -224,6 +253,7 @@ def cmd_agendas_show(ctx: Context) -> int:
         ("Message", progress.get("message")),
         ("Waiting", waiting.get("message")),
         ("Link id", agenda.get("link_id")),
+        ("Labels", ", ".join(f"{k}={v}" for k, v in (agenda.get("labels") or {}).items())),
         ("Priority", agenda.get("priority")),
         ("Attempts", progress.get("attempts_completed")),
         ("Insight", agenda.get("insight_name") or agenda.get("insight")),

@@ -79,13 +79,22 @@ def test_invalid_operations_are_400_with_field_paths_and_write_nothing(submitter
     assert _row_counts() == before
 
 
-def test_no_matching_insight_names_the_pool_and_operation_types(submitter, submit_agenda):
+def test_no_matching_insight_is_said_on_each_operations_type_with_the_types_accepted(
+    submitter, submit_agenda
+):
+    before = _row_counts()
     with pytest.raises(ValidationError) as raised:
-        submit_agenda(submitter, operations=[{"name": "x", "type": "package"}])
+        submit_agenda(
+            submitter,
+            operations=[{"name": "x", "type": "transcod"}, {"name": "y", "type": "package"}],
+        )
 
+    accepted = "types accepted: log, mediainfo."
     assert raised.value.message_dict == {
-        "insight": ["No insight of pool farm accepts operation types ['package']."]
+        "operations.0.type": [f"No insight of pool farm accepts type 'transcod'; {accepted}"],
+        "operations.1.type": [f"No insight of pool farm accepts type 'package'; {accepted}"],
     }
+    assert _row_counts() == before
 
 
 def test_default_insight_picks_among_matches(submitter, submit_agenda, insight, pool):

@@ -43,8 +43,8 @@ def test_fifty_items_with_three_bad_ones_write_47_of_each_row_and_report_the_thr
     refused = {n: result for n, result in enumerate(results) if isinstance(result, dict)}
     assert sorted(refused) == [7, 21, 42]
     assert refused[7] == {"operations.0.depends_on": ["Unknown operation 'nope'."]}
-    assert list(refused[21]) == ["insight"]
-    assert "render3d" in refused[21]["insight"][0]
+    assert list(refused[21]) == ["operations.0.type"]
+    assert "'render3d'" in refused[21]["operations.0.type"][0]
     assert list(refused[42]) == ["customer"]
     created = [result for result in results if isinstance(result, Agenda)]
     assert {agenda.pk for agenda in created} == set(Agenda.objects.values_list("pk", flat=True))

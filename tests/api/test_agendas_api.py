@@ -94,12 +94,14 @@ def test_a_member_of_several_customers_must_name_one(
     assert (named.status_code, named.json()["customer_slug"]) == (201, "globex")
 
 
-def test_no_matching_insight_is_400_on_insight(client):
+def test_no_matching_insight_is_400_on_the_operations_type_listing_the_types_accepted(client):
     response = client.post(
         "/api/v1/agendas/", {"operations": [{"name": "a", "type": "render3d"}]}, format="json"
     )
 
-    assert (response.status_code, list(response.json())) == (400, ["insight"])
+    assert (response.status_code, list(response.json())) == (400, ["operations.0.type"])
+    [message] = response.json()["operations.0.type"]
+    assert "'render3d'" in message and "types accepted: log, mediainfo" in message
 
 
 def test_bulk_submits_each_item_on_its_own(client, operations):

@@ -51,7 +51,7 @@ def test_each_created_agenda_comes_back_slim_with_its_state(client, customer, in
         "processing_state": "waiting",
     }
     assert (held["state"], held["idempotency_key"]) == ("pending", "k")
-    assert list(refused) == ["errors"] and list(refused["errors"]) == ["insight"]
+    assert list(refused) == ["errors"] and list(refused["errors"]) == ["operations.0.type"]
 
 
 def test_a_repeated_key_answers_the_earlier_agenda_in_its_current_state(

@@ -46,6 +46,7 @@ def test_a_callback_is_posted_once_signed_over_the_raw_body_with_the_customers_s
         "agenda_id": str(pulled.agenda.pk),
         "link_id": "batch-7",
         "external_id": "ext-1",
+        "labels": {},
         "customer": "acme",
         "state": "executing",
         "processing_state": "executing",

@@ -525,6 +525,22 @@ def test_agenda_filters_by_customer_and_insight_tell_them_apart(
     assert both == {str(ours.pk)}
 
 
+def test_agenda_label_filters_are_anded_and_a_bad_one_says_how_to_write_it(
+    client_for, submitter, other_submitter, submit_agenda
+):
+    both = submit_agenda(submitter, labels={"batch": "42", "kind": "proxy"})
+    one = submit_agenda(submitter, labels={"batch": "42"})
+    submit_agenda(other_submitter, labels={"batch": "42", "kind": "proxy"})
+    client = client_for(submitter)
+
+    assert listed(client.get("/agendas/?label=batch:42")) == {str(both.pk), str(one.pk)}
+    assert listed(client.get("/agendas/?label=batch:42&label=kind:proxy")) == {str(both.pk)}
+    page = client.get(f"/agendas/{both.pk}/")
+    assert "batch: 42" in text_of(page)
+    assert "?label=batch:42" in page.content.decode()
+    assert "key:value" in text_of(client.get("/agendas/?label=nocolon"))
+
+
 def test_agenda_filter_by_template(client_for, submitter, template):
     from agendas.template_services import agenda_template_run
 
@@ -648,6 +664,45 @@ def test_template_preview_shows_the_expanded_agenda(client_for, submitter, templ
     assert "s3://in/x.mp4" in html
     assert "No problem found: it would be accepted." in html
     assert Agenda.objects.exists() is False
+
+
+def test_the_run_form_starts_from_a_payload_the_schema_accepts(client_for, submitter, template):
+    import html as html_module
+    import json
+
+    from agendas.payload_schema import payload_errors
+
+    page = client_for(submitter).get(f"/templates/{template.pk}/").content.decode()
+    textarea = re.search(r'<textarea[^>]*name="payload"[^>]*>(.*?)</textarea>', page, re.S)
+    example = json.loads(html_module.unescape(textarea.group(1)))
+
+    assert set(example) >= set(template.payload_schema.get("required", []))
+    assert payload_errors(template.payload_schema, example) == {}
+
+
+def test_an_example_payload_follows_the_schema_examples_formats_and_required_fields():
+    from agendas.payload_example import payload_example
+
+    schema = {
+        "type": "object",
+        "required": ["url", "height", "renditions", "mode"],
+        "properties": {
+            "url": {"type": "string", "format": "uri"},
+            "height": {"type": "integer", "minimum": 144},
+            "renditions": {"type": "array", "minItems": 1, "items": {"examples": [720]}},
+            "mode": {"enum": ["fast", "slow"]},
+            "optional": {"type": "string"},
+        },
+    }
+
+    assert payload_example(schema) == {
+        "url": "https://example.com/input.mp4",
+        "height": 144,
+        "renditions": [720],
+        "mode": "fast",
+    }
+    assert payload_example({"examples": [{"url": "s3://x"}]}) == {"url": "s3://x"}
+    assert payload_example(None) == {}
 
 
 def test_template_run_submits_and_redirects_to_the_agenda(client_for, submitter, template):

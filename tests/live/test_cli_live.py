@@ -208,7 +208,7 @@ def test_agenda_errors_map_to_exit_codes(tenant, pop, tmp_path):
     assert "operations" in results.data[1]["errors"]
 
     unknown_type = _write(tmp_path, "type.json", [{"name": "x", "type": "teleport"}])
-    assert "insight" in _error(pop("agendas", "submit", unknown_type), 400, 5)["errors"]
+    assert "operations.0.type" in _error(pop("agendas", "submit", unknown_type), 400, 5)["errors"]
 
     _error(pop("agendas", "list", token="not-a-token"), 401, 6)
     agenda = pop("agendas", "submit", _write(tmp_path, "ok.json", TWO_STEPS), "--do-not-run")

@@ -267,6 +267,27 @@ def test_agendas_list_json_prints_the_results_array():
     assert (params["state"], params["link_id"], params["limit"]) == ("executing", "L", "50")
 
 
+def test_agendas_list_sends_each_label_as_a_key_value_filter():
+    server = Server({("GET", "/agendas/"): (200, {"count": 0, "next": None, "results": []})})
+
+    code, _, _ = pop(
+        server, "agendas", "list", "--label", "batch=42", "--label", "src=s3://a=b", "--json"
+    )
+
+    assert code == 0
+    assert server.requests[0].url.params.get_list("label") == ["batch:42", "src:s3://a=b"]
+
+
+def test_agendas_list_refuses_a_label_without_a_value():
+    server = Server()
+
+    code, _, err = pop(server, "agendas", "list", "--label", "batch")
+
+    assert code != 0
+    assert "KEY=VALUE" in err
+    assert server.requests == []
+
+
 def test_agendas_list_table():
     server = Server({("GET", "/agendas/"): (200, {"count": 1, "next": None, "results": [AGENDA]})})
 
@@ -368,6 +389,22 @@ def test_submit_sends_operations_with_overrides_and_params(tmp_path):
         "priority": 9,
     }
     assert server.requests[0].headers["Idempotency-Key"] == "k1"
+
+
+def test_submit_adds_labels_and_a_cost_to_the_agendas_own(tmp_path):
+    server = Server({("POST", "/agendas/"): (201, {"id": "a9", "state": "ready"})})
+    path = tmp_path / "agenda.json"
+    agenda = {"operations": [{"name": "a", "type": "log"}], "labels": {"a": "1"}}
+    path.write_text(json.dumps(agenda))
+
+    code, _, _ = pop(
+        server, "agendas", "submit", str(path), "--label", "batch=42", "--label", "a=2",
+        "--cost", "12.5", "--json",
+    )  # fmt: skip
+
+    assert code == 0
+    assert server.body()["labels"] == {"a": "2", "batch": "42"}
+    assert server.body()["cost"] == 12.5
 
 
 def test_submit_from_stdin_with_wait_exits_by_outcome(monkeypatch):

@@ -39,14 +39,32 @@ def test_pop_demo_run_twice_is_idempotent(tmp_path):
     progress = sorted(AgendaProgress.objects.values_list("agenda_id", "state"))
     second = _run(token_file)
 
-    assert "Demo data ready (12 new agendas)." in first
+    assert "Demo data ready (16 new agendas)." in first
     assert "Demo data ready (0 new agendas)." in second
-    assert counts["agendas.Agenda"] == 12
+    assert counts["agendas.Agenda"] == 16
     assert counts["resourcepools.Customer"] == 4
     assert _row_counts() == counts
     assert token_file.read_text() == token != ""
     assert sorted(AgendaProgress.objects.values_list("agenda_id", "state")) == progress
     assert "login: operator / " in second
+
+
+def test_the_demo_keeps_work_moving_for_its_first_minutes(tmp_path):
+    from datetime import timedelta
+
+    from django.utils import timezone
+
+    from scheduling.models import Schedule
+
+    _run(tmp_path / "token")
+
+    pulse = Schedule.objects.get(name="demo-pulse-every-minute")
+    assert (pulse.cron, pulse.state) == ("* * * * *", "active")
+    assert timezone.now() < pulse.end_at <= timezone.now() + timedelta(minutes=10)
+    long_jobs = AgendaProgress.objects.filter(agenda__labels__demo="long")
+    assert long_jobs.count() == 3
+    failing = AgendaProgress.objects.get(agenda__labels__demo="fails").agenda
+    assert [op["type"] for op in failing.operations] == ["log", "mediainfo"]
 
 
 def test_a_sample_clip_gets_one_transcode_and_package_agenda(tmp_path):
@@ -60,7 +78,7 @@ def test_a_sample_clip_gets_one_transcode_and_package_agenda(tmp_path):
         stdout=out,
     )  # fmt: skip
 
-    assert "Demo data ready (13 new agendas)." in out.getvalue()
+    assert "Demo data ready (17 new agendas)." in out.getvalue()
     agenda = AgendaProgress.objects.get(agenda__template__name="transcode-and-package").agenda
     assert [operation["type"] for operation in agenda.operations] == [
         "mediainfo",

@@ -1,6 +1,6 @@
 """Live, on PostgreSQL with real threads: two equal customers on a `fair_share` insight, one
 whose agendas hold a worker ten times longer, four pullers holding each agenda for its time
-and a filler running beside them. Within 15 s each customer has had half the worker time."""
+and a filler running beside them. Within 10 s each customer has had half the worker time."""
 
 import threading
 import time
@@ -22,7 +22,7 @@ pytestmark = [
 ]
 
 PULLERS = 4
-RUN_SECONDS = 15.0
+RUN_SECONDS = 10.0
 HOLD = {"long": 0.4, "short": 0.04}
 
 

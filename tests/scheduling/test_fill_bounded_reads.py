@@ -1,4 +1,4 @@
-"""docs/design.md §6.1: a fill reads O(customers with ready work + room) rows, never the backlog.
+"""docs/design.md §6.1: a fill reads O(room) rows, never the backlog.
 
 One customer has 60 ready agendas, then 50,000 (another keeps a few). The fill's query count
 and the rows its candidate queries produce (EXPLAIN ANALYZE) must be the same, and the rows
@@ -20,7 +20,7 @@ from tests.scheduling.conftest import clone_ready_agendas
 
 pytestmark = [
     pytest.mark.django_db,
-    pytest.mark.skipif(connection.vendor != "postgresql", reason="skip scan is PostgreSQL's"),
+    pytest.mark.skipif(connection.vendor != "postgresql", reason="the counters are PostgreSQL's"),
 ]
 WATCHED = [ReadyAgenda._meta.db_table, AgendaProgress._meta.db_table]
 
