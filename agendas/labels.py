@@ -2,8 +2,9 @@
 run, by a schedule), stored in `Agenda.labels` and found by containment (docs/design.md §5.1).
 
 On PostgreSQL a label filter is `labels @> {"k": "v", …}`, served by the GIN index
-`agenda_labels` (jsonb_path_ops); elsewhere (the SQLite demo) it is one key comparison per
-label. Keys are short identifiers without ':' (a filter is written `key:value`).
+`agenda_labels` (jsonb_path_ops); elsewhere (the SQLite demo) it is one JSON_EXTRACT
+comparison per label. Keys are short identifiers without ':' (a filter is written
+`key:value`).
 """
 
 import re
@@ -11,8 +12,7 @@ from collections.abc import Iterable, Mapping
 from typing import Any
 
 from django.db import connection
-from django.db.models import QuerySet
-from django.db.models.fields.json import KeyTextTransform
+from django.db.models import F, Func, QuerySet, TextField, Value
 
 MAX_LABELS = 32
 MAX_KEY_LENGTH = 63
@@ -68,6 +68,11 @@ def labels_matching(queryset: QuerySet, pairs: Iterable[tuple[str, str]], field:
     if connection.vendor == "postgresql":
         return queryset.filter(**{f"{field}__contains": wanted})
     for number, (key, value) in enumerate(sorted(wanted.items())):
+        # JSON_EXTRACT as text (Django's key transforms would compare the value as JSON);
+        # keys hold no quote (KEY_PATTERN), so the quoted path needs no escaping.
         alias = f"_label_{number}"
-        queryset = queryset.alias(**{alias: KeyTextTransform(key, field)}).filter(**{alias: value})
+        value_of_key = Func(
+            F(field), Value(f'$."{key}"'), function="JSON_EXTRACT", output_field=TextField()
+        )
+        queryset = queryset.alias(**{alias: value_of_key}).filter(**{alias: value})
     return queryset

@@ -4,7 +4,8 @@ The rest of the suite runs on PostgreSQL, where claims use SKIP LOCKED and fills
 try-lock. On SQLite every write transaction is `BEGIN IMMEDIATE` (popsite/settings.py) and the
 claim is a checked conditional write; this proves those paths in a child process on a fresh
 SQLite file: migrate, demo data, then four threads filling, pulling and reporting at once
-until the backlog is drained — every agenda executed exactly once and succeeded.
+until the backlog is drained — every agenda executed exactly once and succeeded; and the
+label filter's SQLite form finds the demo's labelled agendas.
 """
 
 import json
@@ -26,6 +27,7 @@ SCRIPT = textwrap.dedent(
     from django.db.models import Count
     call_command("migrate", verbosity=0)
     call_command("pop_demo", verbosity=0)
+    from agendas.labels import labels_matching
     from agendas.models import Agenda, AgendaProgress, Execution
     from agendas.services import agenda_submit
     from core.principals import SYSTEM
@@ -79,6 +81,10 @@ SCRIPT = textwrap.dedent(
         "most_executions": max(
             Execution.objects.values("agenda").annotate(n=Count("pk")).values_list("n", flat=True)
         ),
+        "labelled": [
+            labels_matching(Agenda.objects.all(), pairs).count()
+            for pairs in ([("demo", "long")], [("demo", "fails")], [("demo", "long"), ("x", "y")])
+        ],
     }))
     """
 )
@@ -109,3 +115,4 @@ def test_four_threads_drain_a_backlog_on_sqlite_exactly_once(tmp_path):
     assert result["pulled"] == result["distinct_pulled"] == result["agendas"]
     assert result["states"] == {"succeeded": result["agendas"]}
     assert result["most_executions"] == 1
+    assert result["labelled"] == [3, 1, 0]  # the demo's labels, found by SQLite's JSON_EXTRACT
