@@ -3,7 +3,7 @@
 import django_filters
 from django import forms
 
-from agendas.labels import label_filter_parsed, labels_matching
+from agendas.labels import MAX_LABELS, label_filter_parsed, labels_matching
 from agendas.models import Agenda, AgendaProgress, AgendaTemplate, OperationProgress
 from core.api import OwnedRowFilter, customer_filter, id_prefix_filter
 
@@ -23,6 +23,8 @@ class LabelPairsField(forms.Field):
 
     def to_python(self, value):
         values = [value] if isinstance(value, str) else list(value or [])
+        if len(values) > MAX_LABELS:  # an agenda holds no more: more can only match nothing
+            raise forms.ValidationError(f"At most {MAX_LABELS} label filters.")
         try:
             return [label_filter_parsed(text) for text in values if text]
         except ValueError as error:

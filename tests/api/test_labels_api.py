@@ -87,6 +87,15 @@ def test_a_malformed_label_filter_is_400_naming_label(client, operations, query)
     assert "label" in response.json()
 
 
+def test_more_label_filters_than_an_agenda_can_hold_is_400_naming_label(client):
+    query = "&".join(f"label=k{n}:v" for n in range(33))
+
+    response = client.get(f"/api/v1/agendas/?{query}")
+
+    assert response.status_code == 400
+    assert "At most 32" in response.json()["label"][0]
+
+
 def test_a_template_run_adds_its_labels_to_the_bodys(client, admin_client, operations, insight):
     created = admin_client.post(
         "/api/v1/agenda-templates/",
