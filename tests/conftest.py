@@ -3,6 +3,8 @@
 from dataclasses import dataclass
 
 import pytest
+from django.conf import settings
+from django.test.utils import override_settings
 from rest_framework.test import APIClient
 
 from accounts.services import token_issue
@@ -19,6 +21,15 @@ from tests.factories import (
 )
 
 Role = Membership.Role
+
+
+@pytest.fixture(scope="session", autouse=True)
+def _fast_password_hashing():
+    """Test users' passwords hashed at 1,000 PBKDF2 iterations (tests/hashers.py)."""
+    with override_settings(
+        PASSWORD_HASHERS=["tests.hashers.FastPBKDF2PasswordHasher", *settings.PASSWORD_HASHERS]
+    ):
+        yield
 
 
 @pytest.fixture(autouse=True)
