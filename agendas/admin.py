@@ -1,12 +1,18 @@
+from typing import Any
+
 from django.contrib import admin, messages
 from django.core.exceptions import PermissionDenied, ValidationError
 from django.db.models import QuerySet
 from django.http import HttpRequest
+from django.urls import reverse
+from django.utils.html import format_html, format_html_join
+from django.utils.safestring import SafeString
 
 from agendas.models import Agenda, AgendaProgress, AgendaTemplate, Execution, OperationProgress
 from agendas.services import agenda_abort, agenda_pause, agenda_resume
 from agendas.states import InvalidTransition
 from core.admin import OwnedRowAdmin
+from core.pages import pretty_json as indented_json
 
 
 @admin.register(AgendaTemplate)
@@ -56,18 +62,137 @@ class ReadOnlyMixin:
         return False
 
 
+def pretty_json(value: Any) -> SafeString:
+    """A JSON value indented over several lines, escaped, in a <pre>."""
+    return format_html("<pre>{}</pre>", indented_json(value))
+
+
+def dashboard_url(agenda: Agenda) -> str:
+    return reverse("pages:agenda-detail", kwargs={"agenda_id": agenda.pk})
+
+
 @admin.register(Agenda)
 class AgendaAdmin(ReadOnlyMixin, admin.ModelAdmin):
-    list_display = ["id", "customer", "insight", "state", "priority", "link_id", "created_at"]
+    list_display = [
+        "id",
+        "customer",
+        "insight",
+        "state",
+        "percent",
+        "priority",
+        "link_id",
+        "created_at",
+    ]
     list_filter = ["progress__state", "customer", "insight", "template"]
     search_fields = ["=id", "external_id", "link_id", "cid"]
     list_select_related = ["customer", "insight", "progress"]
     actions = [abort_selected, pause_selected, resume_selected]
     date_hierarchy = "created_at"
+    # Read-only: every field is shown, the JSON ones indented, with the operations' progress.
+    fieldsets = [
+        (
+            None,
+            {
+                "fields": [
+                    "dashboard_link",
+                    "state",
+                    "percent",
+                    "state_message",
+                    "customer",
+                    "insight",
+                    "template",
+                    "schedule",
+                    "priority",
+                    "external_id",
+                    "labels_pretty",
+                ]
+            },
+        ),
+        ("Operations", {"fields": ["operation_progress", "operations_pretty", "params_pretty"]}),
+        (
+            "Retries and callback",
+            {
+                "fields": [
+                    "max_attempts",
+                    "retry_delay_seconds",
+                    "cost",
+                    "callback_url",
+                    "idempotency_key",
+                ]
+            },
+        ),
+        (
+            "Tracking",
+            {"fields": ["link_id", "cid", "created_at", "updated_at"], "classes": ["collapse"]},
+        ),
+    ]
+    readonly_fields = [
+        "dashboard_link",
+        "state",
+        "percent",
+        "state_message",
+        "labels_pretty",
+        "operation_progress",
+        "operations_pretty",
+        "params_pretty",
+        "created_at",
+        "updated_at",
+    ]
+
+    def view_on_site(self, agenda: Agenda) -> str:
+        return dashboard_url(agenda)
 
     @admin.display(ordering="progress__state")
     def state(self, agenda: Agenda) -> str:
         return agenda.progress.state
+
+    @admin.display(description="progress", ordering="progress__percent_complete")
+    def percent(self, agenda: Agenda) -> str:
+        return f"{agenda.progress.percent_complete:.0f}%"
+
+    @admin.display(description="message")
+    def state_message(self, agenda: Agenda) -> str:
+        return agenda.progress.message
+
+    @admin.display(description="dashboard")
+    def dashboard_link(self, agenda: Agenda) -> SafeString:
+        return format_html('<a href="{}">Open on the dashboard</a>', dashboard_url(agenda))
+
+    @admin.display(description="labels")
+    def labels_pretty(self, agenda: Agenda) -> SafeString:
+        return pretty_json(agenda.labels)
+
+    @admin.display(description="operations (as submitted)")
+    def operations_pretty(self, agenda: Agenda) -> SafeString:
+        return pretty_json(agenda.operations)
+
+    @admin.display(description="params")
+    def params_pretty(self, agenda: Agenda) -> SafeString:
+        return pretty_json(agenda.params)
+
+    @admin.display(description="operation progress")
+    def operation_progress(self, agenda: Agenda) -> SafeString:
+        progress = agenda.progress
+        meta = AgendaProgress._meta
+        operations = progress.operations.order_by("position").values_list(
+            "position", "name", "type", "state", "percent_complete", "attempt_count", "message"
+        )
+        rows = format_html_join(
+            "",
+            "<tr><td>{}</td><td>{}</td><td>{}</td><td>{}</td><td>{}</td><td>{}</td>"
+            "<td>{}</td></tr>",
+            (
+                (position, name, kind, state, f"{percent:.0f}%", attempts, message)
+                for position, name, kind, state, percent, attempts, message in operations
+            ),
+        )
+        return format_html(
+            "<table><thead><tr><th>#</th><th>name</th><th>type</th><th>state</th>"
+            "<th>progress</th><th>attempts</th><th>message</th></tr></thead>"
+            '<tbody>{}</tbody></table><p><a href="{}">Progress details</a></p>',
+            rows,
+            reverse(f"admin:{meta.app_label}_{meta.model_name}_change", args=[progress.pk]),
+        )
 
 
 class OperationProgressInline(admin.TabularInline):

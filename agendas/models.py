@@ -4,11 +4,12 @@ from django.core.validators import MaxValueValidator, MinValueValidator
 from django.db import models
 from django.db.models import Q
 
+from agendas.action_models import AgendaActionJob
 from agendas.queue_models import CallbackDelivery, CustomerLane, QueuedAgenda, ReadyAgenda
 from core.models import OwnedModel
 
-# The queue and outbox models register with this app from their own module.
-__all__ = ["CallbackDelivery", "CustomerLane", "QueuedAgenda", "ReadyAgenda"]
+# The queue, outbox and action-job models register with this app from their own module.
+__all__ = ["AgendaActionJob", "CallbackDelivery", "CustomerLane", "QueuedAgenda", "ReadyAgenda"]
 
 
 class AgendaTemplate(OwnedModel):
@@ -129,10 +130,15 @@ class AgendaProgress(OwnedModel):
     message = models.TextField(blank=True, default="")
     percent_complete = models.FloatField(default=0.0)
     attempts_completed = models.PositiveSmallIntegerField(default=0)
+    # The attempt begun last (since submit or rerun): attempts_completed + 1 from the moment an
+    # execution starts; an execution that ends uncounted (paused, aborted) leaves it there.
+    attempts_started = models.PositiveSmallIntegerField(default=0)
     run_after = models.DateTimeField(null=True, blank=True)
     do_not_run = models.BooleanField(default=False)
     abort_requested = models.BooleanField(default=False)
     pause_requested = models.BooleanField(default=False)
+    # With pause_requested: stop the running operations at once (their progress is kept).
+    pause_now = models.BooleanField(default=False)
     diagnostics = models.JSONField(default=list, blank=True)
     started_at = models.DateTimeField(null=True, blank=True)
     completed_at = models.DateTimeField(null=True, blank=True)

@@ -7,7 +7,14 @@ from collections.abc import Iterable
 from django.db.models import Count, Prefetch, Q, QuerySet
 
 from agendas.labels import labels_matching
-from agendas.models import Agenda, AgendaProgress, AgendaTemplate, Execution, OperationProgress
+from agendas.models import (
+    Agenda,
+    AgendaActionJob,
+    AgendaProgress,
+    AgendaTemplate,
+    Execution,
+    OperationProgress,
+)
 from agendas.states import TERMINAL, S
 from resourcepools.models import Membership
 from resourcepools.selectors import (
@@ -147,3 +154,13 @@ def agenda_search(
                 matches |= Q(pk__startswith=text.lower())
             agendas = agendas.filter(matches)
     return agendas.order_by("-created_at")
+
+
+def agenda_action_job_list(*, principal: Principal) -> QuerySet[AgendaActionJob]:
+    """Jobs of actions on a set the principal may read: their own; staff every job."""
+    jobs = AgendaActionJob.objects.select_related("requested_by").order_by("-created_at")
+    if principal_is_staff(principal):
+        return jobs
+    if not getattr(principal, "is_authenticated", False):
+        return jobs.none()
+    return jobs.filter(requested_by=principal)

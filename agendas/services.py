@@ -184,8 +184,11 @@ def _no_insight_errors(
 
 
 def _locked_progress(agenda: Agenda) -> AgendaProgress:
+    # Only the progress row: a lock on the joined customer row (select_for_update's default)
+    # would hold up every commit that checks a foreign key to that customer — each pull's
+    # executions — until this transaction ends, and a batch of actions deadlocked with them.
     return (
-        AgendaProgress.objects.select_for_update()
+        AgendaProgress.objects.select_for_update(of=("self",))
         .select_related("agenda", "agenda__customer")
         .get(agenda_id=agenda.pk)
     )
@@ -208,16 +211,31 @@ def agenda_abort(*, principal: Principal, agenda: Agenda) -> AgendaProgress:
     return progress
 
 
+class PauseMode:
+    AFTER_RUNNING = "after_running"  # running operations finish, nothing new starts
+    NOW = "now"  # running operations are stopped at once, their progress kept for the resume
+    ALL = (AFTER_RUNNING, NOW)
+
+
 @transaction.atomic
-def agenda_pause(*, principal: Principal, agenda: Agenda) -> AgendaProgress:
-    """Pause: waiting agendas at once; an executing one stops after its running operations."""
+def agenda_pause(
+    *, principal: Principal, agenda: Agenda, mode: str = PauseMode.AFTER_RUNNING
+) -> AgendaProgress:
+    """Pause: waiting agendas at once; an executing one stops after its running operations, or
+    with `mode` now, at once (its worker cancels them and reports them waiting again)."""
     require_role(principal, agenda.customer_id, Role.SUBMITTER)
+    if mode not in PauseMode.ALL:
+        raise ValidationError({"mode": [f"Pause mode is one of {', '.join(PauseMode.ALL)}."]})
     progress = _locked_progress(agenda)
-    audit_record(action="agenda.pause", target=agenda, detail={"state": progress.state})
+    audit_record(
+        action="agenda.pause", target=agenda, detail={"state": progress.state, "mode": mode}
+    )
     if progress.state == S.EXECUTING:
-        if not progress.pause_requested:
+        now = mode == PauseMode.NOW
+        if not progress.pause_requested or (now and not progress.pause_now):
             progress.pause_requested = True
-            progress.save(update_fields=["pause_requested", "updated_at"])
+            progress.pause_now = progress.pause_now or now
+            progress.save(update_fields=["pause_requested", "pause_now", "updated_at"])
         return progress
     states.transition(progress, S.PAUSED, message="paused by user", action="pause")
     return progress
@@ -233,7 +251,8 @@ def agenda_resume(*, principal: Principal, agenda: Agenda) -> AgendaProgress:
     audit_record(action="agenda.resume", target=agenda, detail={"state": progress.state})
     if progress.state == S.EXECUTING and progress.pause_requested:
         progress.pause_requested = False
-        progress.save(update_fields=["pause_requested", "updated_at"])
+        progress.pause_now = False
+        progress.save(update_fields=["pause_requested", "pause_now", "updated_at"])
         return progress
     if progress.state != S.PAUSED:
         raise states.InvalidTransition(
@@ -351,7 +370,8 @@ def agenda_rerun(
     progress.do_not_run = skip_execution
     # A rerun grants a fresh set of `max_attempts`; Execution.number keeps counting.
     progress.attempts_completed = 0
-    extra = ["percent_complete", "do_not_run", "attempts_completed"]
+    progress.attempts_started = 0
+    extra = ["percent_complete", "do_not_run", "attempts_completed", "attempts_started"]
     if skip_execution:
         if progress.state != S.PENDING:
             states.transition(

@@ -17,6 +17,7 @@ from django.views.decorators.http import require_POST
 
 from agendas.forms import AgendaFilterForm, ProgressForm, TemplateRunForm, submit_customers
 from agendas.models import Agenda, AgendaProgress, AgendaTemplate
+from agendas.outputs import agenda_outputs, is_web_link
 from agendas.payload_example import payload_example
 from agendas.selectors import (
     agenda_list,
@@ -26,6 +27,7 @@ from agendas.selectors import (
     progress_summary,
 )
 from agendas.services import (
+    PauseMode,
     RerunMode,
     agenda_abort,
     agenda_pause,
@@ -45,7 +47,7 @@ from core.pages import (
 )
 from core.svg_geometry import dag_layout
 from resourcepools.models import Membership
-from resourcepools.selectors import has_role, principal_is_staff
+from resourcepools.selectors import customer_ids_with_role, has_role, principal_is_staff
 
 Role = Membership.Role
 State = AgendaProgress.State
@@ -82,6 +84,9 @@ def agendas(request: HttpRequest) -> HttpResponse:
         "page": page,
         "query": query.urlencode(),
         "filtered": any(filters.values()) if filters else False,
+        "searching": bool(filters.get("text")),
+        "can_act": principal_is_staff(request.user)
+        or bool(customer_ids_with_role(request.user, Role.SUBMITTER)),
         "refresh_url": refresh_url(request),
     }
     template = "pages/agenda_table.html" if partial else "pages/agenda_list.html"
@@ -99,6 +104,7 @@ def _agenda_actions(request: HttpRequest, agenda: Agenda) -> dict[str, bool]:
         "abort": state not in TERMINAL and not (executing and progress.abort_requested),
         "pause": state in (State.PENDING, State.READY, State.QUEUED)
         or (executing and not progress.pause_requested),
+        "pause_now": executing and not progress.pause_now and not progress.abort_requested,
         "resume": state == State.PAUSED or (executing and progress.pause_requested),
         "rerun": state in TERMINAL
         or state == State.PAUSED
@@ -138,6 +144,9 @@ def agenda_detail(request: HttpRequest, agenda_id: object) -> HttpResponse:
             {"row": execution, "diagnostics": pretty_json(execution.diagnostics)}
             for execution in executions
         ],
+        "outputs": [
+            {**output, "link": is_web_link(output["url"])} for output in agenda_outputs(operations)
+        ],
         "dag": dag_layout(operations, agenda.operations),
         "actions": actions,
         "can_act": bool(actions),
@@ -166,12 +175,13 @@ def _agenda_act(request: HttpRequest, agenda: Agenda, action: str) -> str:
             else "Agenda aborted."
         )
     elif action == "pause":
-        progress = agenda_pause(principal=request.user, agenda=agenda)
-        return (
-            "Pause requested: the worker pauses after its running operations."
-            if progress.state == State.EXECUTING
-            else "Agenda paused."
-        )
+        mode = request.POST.get("mode") or PauseMode.AFTER_RUNNING
+        progress = agenda_pause(principal=request.user, agenda=agenda, mode=mode)
+        if progress.state != State.EXECUTING:
+            return "Agenda paused."
+        if progress.pause_now:
+            return "Pause requested now: the worker stops its running operations, keeping them."
+        return "Pause requested: the worker pauses after its running operations."
     elif action == "resume":
         agenda_resume(principal=request.user, agenda=agenda)
         return "Agenda resumed: it is ready again."

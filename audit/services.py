@@ -14,7 +14,7 @@ from typing import Any
 from django.db.models import Model
 from django.http import HttpRequest
 
-from audit.context import current_request
+from audit.context import acting_principal, current_request
 from audit.models import AuditEvent
 from core.client_ip import client_ip
 
@@ -101,6 +101,8 @@ def _actor(principal: Any, request: HttpRequest | None) -> tuple[Any, str]:
     """(user or None, username snapshot) of whoever acts."""
     if principal is None and request is not None:
         principal = getattr(request, "user", None)
+    if principal is None:
+        principal = acting_principal()
     if principal is not None and getattr(principal, "is_authenticated", False):
         return principal, _text(principal.get_username(), 150)
     return None, SYSTEM_ACTOR if request is None else ANONYMOUS_ACTOR

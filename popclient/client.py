@@ -97,8 +97,10 @@ class PopClient(ApiSession):
     def abort_agenda(self, agenda_id: str) -> Any:
         return self._post(f"agendas/{agenda_id}/abort/")
 
-    def pause_agenda(self, agenda_id: str) -> Any:
-        return self._post(f"agendas/{agenda_id}/pause/")
+    def pause_agenda(self, agenda_id: str, *, now: bool = False) -> Any:
+        """Pause; an executing agenda after its running operations, or with ``now`` at once
+        (its worker stops them and keeps their progress for the resume)."""
+        return self._post(f"agendas/{agenda_id}/pause/", {"mode": "now"} if now else None)
 
     def resume_agenda(self, agenda_id: str) -> Any:
         return self._post(f"agendas/{agenda_id}/resume/")
@@ -116,6 +118,31 @@ class PopClient(ApiSession):
             {"mode": mode, "operations": operations, "skip_execution": skip_execution}
         )
         return self._post(f"agendas/{agenda_id}/rerun/", body)
+
+    def act_on_agendas(
+        self,
+        action: str,
+        *,
+        filter: dict[str, Any] | None = None,
+        ids: list[str] | None = None,
+        mode: str | None = None,
+        dry_run: bool = False,
+    ) -> Any:
+        """Abort, pause, resume or rerun every agenda ``filter`` matches (the list's filters:
+        ``{"state": ["failed"], "label": ["batch:42"]}``) or the given ``ids``. A dry run
+        answers ``{matched, would_change}``; otherwise the answer is the job (``id``,
+        ``status``, ``matched``, ``processed``, ``changed``, ``skipped``, ``done``)."""
+        body = without_none({"action": action, "filter": filter, "ids": ids, "mode": mode})
+        body["dry_run"] = dry_run
+        return self._post("agendas/actions/", body)
+
+    def get_agenda_action(self, job_id: str) -> Any:
+        """A job of actions on a set, as it progresses."""
+        return self._get(f"agendas/actions/{job_id}/")
+
+    def list_agenda_actions(self, **params: Any) -> Any:
+        """Your jobs of actions on a set (staff: everyone's), newest first."""
+        return self._get("agendas/actions/", **params)
 
     def list_executions(self, agenda_id: str, **params: Any) -> Any:
         return self._get(f"agendas/{agenda_id}/executions/", **params)

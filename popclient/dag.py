@@ -78,6 +78,7 @@ __all__ = [
 ]
 
 log = logging.getLogger(__name__)
+PAUSED_NOW_MESSAGE = "interrupted by a pause; resumes from its saved params"
 
 
 class DagRunner:
@@ -117,6 +118,7 @@ class DagRunner:
         self._stop_message = ""
         self._stop_deadline: float | None = None
         self._pause = False
+        self._pause_deadline: float | None = None  # a pause "now": running ones end by then
         self._started = False
         self._setup_errors: list[str] = []
         self._load(agenda, prior_progress)
@@ -202,16 +204,25 @@ class DagRunner:
                 running.ctx.cancelled.set()
         self._wake()
 
-    def request_pause(self) -> None:
-        """Start no new operation; running ones finish; the outcome is ``paused``."""
+    def request_pause(self, *, now: bool = False) -> None:
+        """Start no new operation; the outcome is ``paused``. Running operations finish, or with
+        ``now`` are cancelled (``abort_grace_seconds`` to stop) and go back to ``waiting`` with
+        their params — their resume state — kept."""
         with self._lock:
             self._pause = True
+            if now and self._pause_deadline is None:
+                self._pause_deadline = time.monotonic() + self.abort_grace_seconds
+                for running in self._running.values():
+                    running.paused = True
+                    running.ctx.cancelled.set()
         self._wake()
 
     def withdraw_pause(self) -> None:
-        """The pause was withdrawn before the run stopped: start operations again."""
+        """The pause was withdrawn before the run stopped: start operations again (one already
+        cancelled by a pause "now" goes back to waiting and starts again)."""
         with self._lock:
             self._pause = False
+            self._pause_deadline = None
         self._wake()
 
     @property
@@ -318,6 +329,8 @@ class DagRunner:
             deadlines = [r.deadline for r in self._running.values() if r.deadline is not None]
             if self._stop_deadline is not None and self._running:
                 deadlines.append(self._stop_deadline)
+            if self._pause_deadline is not None and self._running:
+                deadlines.append(self._pause_deadline)
         timeout = 0.2 if self._held else 1.0
         if deadlines:
             timeout = max(0.0, min(min(deadlines) - time.monotonic(), timeout))
@@ -354,6 +367,10 @@ class DagRunner:
             if not self._running:
                 return self._result(self._stop_outcome, self._stop_message), changed
             return None, changed
+        if self._pause_deadline is not None and now >= self._pause_deadline:
+            for name in [name for name, running in self._running.items() if running.paused]:
+                self._end_running(name, WAITING, PAUSED_NOW_MESSAGE, code="paused")
+                changed = True
         self._held = False
         if self._failure_message is None and not self._pause:
             changed = self._start_ready() or changed
@@ -534,6 +551,10 @@ class DagRunner:
             op.message = SUCCEEDED
             op.result = value
             self._context[output_name(name)] = value
+        elif kind == "cancelled" and running.paused and self._stop_outcome is None:
+            op.state = WAITING
+            op.message = PAUSED_NOW_MESSAGE
+            op.completed_at = None
         elif kind == "cancelled" and self._stop_outcome is not None:
             op.state = self._stop_outcome
             op.message = self._stop_message
@@ -563,7 +584,7 @@ class DagRunner:
         op = self._operations[name]
         op.state = state
         op.message = message
-        op.completed_at = now_iso()
+        op.completed_at = None if state == WAITING else now_iso()
         if state == FAILED:
             op.diagnostics = [*op.diagnostics, diagnostic(message, code=code)]
         op.version += 1

@@ -110,6 +110,7 @@ class RunningOperation:
     ctx: OperationContext
     deadline: float | None
     thread: threading.Thread
+    paused: bool = False  # cancelled by a pause "now": it goes back to waiting, not failed
 
 
 def handler_outcome(

@@ -163,7 +163,7 @@ class AgendaRun:
         if answer.get("abort"):
             self.runner.request_abort("aborted on request")
         elif answer.get("pause"):
-            self.runner.request_pause()
+            self.runner.request_pause(now=bool(answer.get("pause_now")))
 
     def _add_operations(self, operations: list[dict[str, Any]]) -> None:
         self.worker.client.add_operations(
@@ -529,7 +529,7 @@ class Worker:
         self, report: _Report, answer: Mapping[str, Any] | None, error: PopError | None
     ) -> None:
         run = report.run
-        abort = pause = False
+        abort = pause = pause_now = False
         with self._cond:
             run.in_flight = False
             if error is None:
@@ -542,6 +542,7 @@ class Worker:
                     run.lease.renewed(report.sent_at)
                 abort = bool(answer.get("abort"))
                 pause = bool(answer.get("pause"))
+                pause_now = pause and bool(answer.get("pause_now"))
                 if report.final:
                     self._finish(run, report.body.get("state", "?"))
             elif isinstance(error, Conflict | NotFound | Forbidden):
@@ -582,9 +583,10 @@ class Worker:
         if abort and not run.runner.abort_requested and run.result is None:
             log.info("agenda %s: abort requested by the server", run.agenda_id)
             run.runner.request_abort("aborted on request")
-        if pause and not run.runner.pause_requested and run.result is None:
-            log.info("agenda %s: pause requested by the server", run.agenda_id)
-            run.runner.request_pause()
+        if pause and run.result is None and (not run.runner.pause_requested or pause_now):
+            if not run.runner.pause_requested:
+                log.info("agenda %s: pause requested by the server", run.agenda_id)
+            run.runner.request_pause(now=pause_now)
         elif answer is not None and not pause and run.runner.pause_requested and not run.result:
             log.info("agenda %s: pause withdrawn by the server", run.agenda_id)
             run.runner.withdraw_pause()

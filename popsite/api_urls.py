@@ -4,6 +4,7 @@ from django.urls import include, path, re_path
 from rest_framework.routers import DefaultRouter
 
 from accounts.api.views import ApiTokenViewSet
+from agendas.api.action_views import AgendaActionViewSet
 from agendas.api.views import (
     AgendaProgressViewSet,
     AgendaTemplateViewSet,
@@ -41,6 +42,8 @@ router.register(
 router.register("resource-pools", ResourcePoolViewSet, basename="resource-pool")
 router.register("insights", InsightViewSet, basename="insight")
 router.register("agenda-templates", AgendaTemplateViewSet, basename="agenda-template")
+# Before "agendas": agendas/actions/ is not an agenda id.
+router.register("agendas/actions", AgendaActionViewSet, basename="agenda-action")
 router.register("agendas", AgendaViewSet, basename="agenda")
 router.register("agenda-progress", AgendaProgressViewSet, basename="agenda-progress")
 router.register("operation-progress", OperationProgressViewSet, basename="operation-progress")

@@ -2,6 +2,7 @@
 
 from django.urls import path
 
+from agendas import action_pages
 from agendas import views as agenda_views
 from audit import views as audit_views
 from popsite import views
@@ -12,6 +13,10 @@ app_name = "pages"
 urlpatterns = [
     path("", views.overview, name="overview"),
     path("agendas/", agenda_views.agendas, name="agendas"),
+    path("agendas/actions/", action_pages.agendas_act, name="agendas-act"),
+    path(
+        "agendas/actions/<uuid:job_id>/", action_pages.agenda_action_job, name="agenda-action-job"
+    ),
     path("agendas/<uuid:agenda_id>/", agenda_views.agenda_detail, name="agenda-detail"),
     path(
         "agendas/<uuid:agenda_id>/<slug:action>/", agenda_views.agenda_action, name="agenda-action"

@@ -179,6 +179,45 @@ SPECTACULAR_SETTINGS = {
         "AgendaStateEnum": "agendas.models.AgendaProgress.State",
         "OperationStateEnum": "agendas.models.OperationProgress.State",
     },
+    # The docs list the tags in this order: as a user meets them, agendas first.
+    "TAGS": [
+        {
+            "name": "agendas",
+            "description": "Submit agendas, one or in bulk; read them with their progress; "
+            "abort, pause, resume or rerun them.",
+        },
+        {
+            "name": "templates",
+            "description": "Agenda bodies with @<…> references, run with a payload.",
+        },
+        {
+            "name": "progress",
+            "description": "Agendas' and operations' progress, and the combined state of "
+            "every agenda sharing a link id.",
+        },
+        {"name": "schedules", "description": "Cron schedules that run a template."},
+        {
+            "name": "pullers",
+            "description": "For workers: lease queued agendas of an insight, report their "
+            "progress and outcome (lease token in X-POP-Lease).",
+        },
+        {
+            "name": "resource pools",
+            "description": "Pools and their insights (queues): mappers, algorithm, limits.",
+        },
+        {
+            "name": "queues",
+            "description": "Per insight: queue depth, ready and executing agendas, rate limit.",
+        },
+        {"name": "callbacks", "description": "The callback outbox of your agendas."},
+        {"name": "alerts", "description": "Alerts raised by your customers' alert rules."},
+        {"name": "customers", "description": "Customers, their members, roles and tokens."},
+        {
+            "name": "auth",
+            "description": "API tokens: get one with a username and password; list, revoke.",
+        },
+        {"name": "audit", "description": "Who did what: logins, submissions, changes."},
+    ],
 }
 
 # --- Proxies, caches, login throttling ----------------------------------------------------
@@ -281,6 +320,7 @@ POP_REAP_INTERVAL = env.float("POP_REAP_INTERVAL", default=3600.0)
 POP_CALLBACK_INTERVAL = env.float("POP_CALLBACK_INTERVAL", default=2.0)
 POP_CRON_INTERVAL = env.float("POP_CRON_INTERVAL", default=10.0)
 POP_ALERT_INTERVAL = env.float("POP_ALERT_INTERVAL", default=30.0)
+POP_ACTIONS_INTERVAL = env.float("POP_ACTIONS_INTERVAL", default=30.0)
 POP_CALLBACK_ALLOW_PRIVATE = env.bool("POP_CALLBACK_ALLOW_PRIVATE", default=False)
 POP_CALLBACK_TIMEOUT = env.float("POP_CALLBACK_TIMEOUT", default=5.0)
 POP_CALLBACK_MAX_ATTEMPTS = env.int("POP_CALLBACK_MAX_ATTEMPTS", default=8)
@@ -300,6 +340,8 @@ POP_REAP_BATCH_SIZE = env.int("POP_REAP_BATCH_SIZE", default=1000)
 POP_AUDIT_RETENTION_DAYS = env.int("POP_AUDIT_RETENTION_DAYS", default=None)
 # The task a fill nudge enqueues (named here so the state machine never names the scheduler).
 POP_FILL_NUDGE_TASK = "scheduling.tasks.insight_fill"
+# Runs a job of actions on a set of agendas (agendas/bulk_actions.py) once it is recorded.
+POP_ACTIONS_TASK = "scheduling.tasks.agenda_actions"
 # Nudge a fill through django-q2 (async) or run it in the request's on_commit hook (sync).
 POP_FILL_NUDGE = env.str("POP_FILL_NUDGE", default="async")
 # At most one fill nudge per insight and process within this many seconds.

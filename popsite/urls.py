@@ -27,6 +27,7 @@ api_patterns = [
         name="swagger-ui",
     ),
     path("redoc/", _docs_csp(SpectacularRedocView.as_view(url_name="schema")), name="redoc"),
+    path("redoc/", include("popsite.redoc")),  # the ReDoc bundle without its CDN logo
 ]
 
 # An unhandled error: JSON on the API, 503 + Retry-After when the database is unreachable.

@@ -82,11 +82,11 @@ class ScheduleAdminForm(forms.ModelForm):
     class Meta:
         model = Schedule
         # state, next_run_at and last_run_at are read-only here: pause/resume and the cron pass.
+        # What the schedule is first; the bookkeeping link_id and cid last (OwnedRowAdmin
+        # folds them into a collapsed "Tracking" section).
         fields = [
-            "link_id",
-            "cid",
-            "customer",
             "name",
+            "customer",
             "template",
             "payload",
             "cron",
@@ -95,6 +95,8 @@ class ScheduleAdminForm(forms.ModelForm):
             "end_at",
             "catch_up",
             "overlap",
+            "link_id",
+            "cid",
         ]
 
     def clean(self) -> dict:

@@ -68,6 +68,10 @@ RECURRING: tuple[Recurring, ...] = (
     ),
     Recurring("pop-cron", "scheduling.tasks.cron", "POP_CRON_INTERVAL", 10.0),
     Recurring("pop-alerts", "scheduling.tasks.alerts", "POP_ALERT_INTERVAL", 30.0, "enqueue"),
+    # Jobs of actions on a set whose runner died (each job is also run at once when recorded).
+    Recurring(
+        "pop-actions", "scheduling.tasks.agenda_actions", "POP_ACTIONS_INTERVAL", 30.0, "enqueue"
+    ),
 )
 
 

@@ -42,6 +42,7 @@ class ReportAnswer:
     pause: bool
     lease_expires_at: datetime | None
     state: str
+    pause_now: bool = False  # with pause: stop the running operations at once
 
 
 @dataclass(frozen=True)
@@ -258,6 +259,7 @@ def _write_together(together: list[_Together], *, now: datetime) -> dict[int, Ba
             answer = ReportAnswer(
                 abort=entry.progress.abort_requested,
                 pause=entry.progress.pause_requested,
+                pause_now=entry.progress.pause_now,
                 lease_expires_at=entry.execution.lease_expires_at,
                 state=entry.progress.state,
             )
@@ -480,6 +482,7 @@ def _execution_report(
         return ReportAnswer(
             abort=progress.abort_requested,
             pause=progress.pause_requested,
+            pause_now=progress.pause_now,
             lease_expires_at=execution.lease_expires_at,
             state=progress.state,
         )

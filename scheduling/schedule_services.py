@@ -133,7 +133,11 @@ def schedule_update(*, principal: Principal, schedule: Schedule, **fields: Any) 
     """Change a schedule (its customer's admin); replans the next run."""
     require_role(principal, schedule.customer_id, Role.ADMIN)
     fields.pop("customer", None)
-    schedule = Schedule.objects.select_for_update().select_related("customer").get(pk=schedule.pk)
+    schedule = (
+        Schedule.objects.select_for_update(of=("self",))
+        .select_related("customer")
+        .get(pk=schedule.pk)
+    )
     for name, value in fields.items():
         setattr(schedule, name, value)
     schedule_validate(schedule)
@@ -160,7 +164,11 @@ def schedule_delete(*, principal: Principal, schedule: Schedule) -> None:
 
 
 def _locked(schedule: Schedule) -> Schedule:
-    return Schedule.objects.select_for_update().select_related("customer").get(pk=schedule.pk)
+    return (
+        Schedule.objects.select_for_update(of=("self",))
+        .select_related("customer")
+        .get(pk=schedule.pk)
+    )
 
 
 @transaction.atomic

@@ -11,6 +11,7 @@ from django.utils.module_loading import import_string
 from django_q.models import Schedule as QSchedule
 from django_q.tasks import async_task
 
+from agendas.bulk_actions import agenda_action_job_running, agenda_action_jobs_run
 from scheduling import fill as fill_service
 from scheduling import timed as timed_service
 from scheduling.alerts import alerts_evaluate
@@ -20,6 +21,8 @@ from scheduling.locks import single_flight
 from scheduling.recurring import TICKER_FUNC, TICKER_NAME, ticked
 
 logger = logging.getLogger("pop.scheduling")
+# Well inside Q_CLUSTER["timeout"] (300 s).
+ACTIONS_TASK_SECONDS = 120.0
 
 
 def insight_fill(insight_id: str) -> int:
@@ -81,6 +84,16 @@ def alerts() -> int:
     One run at a time, like callbacks (notices go out over the network)."""
     with single_flight("alerts") as mine:
         return alerts_evaluate().evaluated if mine else 0
+
+
+def agenda_actions(job_id: str | None = None) -> int:
+    """Work through a job of actions on a set of agendas (the nudge when it is recorded), or
+    through the jobs nobody is running (the timed process); returns the batches done. A job
+    still running when this task's time is up is handed to a fresh task."""
+    batches = agenda_action_jobs_run(job_id=job_id, seconds=ACTIONS_TASK_SECONDS)
+    if job_id is not None and agenda_action_job_running(job_id):
+        async_task(settings.POP_ACTIONS_TASK, job_id, group="pop-actions", save=False)
+    return batches
 
 
 def ticker_generation() -> str:

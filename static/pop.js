@@ -7,6 +7,7 @@
   document.querySelectorAll("[data-refresh-url]").forEach(function (box) {
     var timer = setInterval(function () {
       if (box.querySelector("details[open]") || box.contains(document.activeElement)) return;
+      if (box.querySelector("input[type=checkbox]:checked")) return;  // a selection in progress
       fetch(box.dataset.refreshUrl, {credentials: "same-origin", headers: {"X-Requested-With": "fetch"}})
         .then(function (response) {
           if (response.redirected) { window.location.reload(); return null; }
@@ -19,6 +20,15 @@
         })
         .catch(function () {});
     }, 5000);
+  });
+
+  // A [data-check-all] box ticks or clears every row box of its table.
+  document.addEventListener("change", function (event) {
+    var box = event.target;
+    if (!box.matches || !box.matches("[data-check-all]")) return;
+    box.closest("table").querySelectorAll("tbody input[type=checkbox]").forEach(function (row) {
+      row.checked = box.checked;
+    });
   });
 
   // Forms with data-confirm="question?" ask before they submit.

@@ -1,67 +1,22 @@
-"""Query filters of the agenda endpoints (docs/design.md §10); every filter documents itself."""
+"""Query filters of the agenda endpoints (docs/design.md §10); every filter documents itself.
+The agenda list's own (`AgendaFilter`) live in `agendas.agenda_filters`, shared with actions on
+a filter."""
 
 import django_filters
-from django import forms
 
-from agendas.labels import MAX_LABELS, label_filter_parsed, labels_matching
-from agendas.models import Agenda, AgendaProgress, AgendaTemplate, OperationProgress
+from agendas.agenda_filters import AgendaFilter
+from agendas.models import AgendaProgress, AgendaTemplate, OperationProgress
 from core.api import OwnedRowFilter, customer_filter, id_prefix_filter
+
+__all__ = [
+    "AgendaFilter",
+    "AgendaProgressFilter",
+    "AgendaTemplateFilter",
+    "OperationProgressFilter",
+]
 
 AgendaState = AgendaProgress.State
 OperationState = OperationProgress.State
-
-
-class RepeatedParameterWidget(forms.Widget):
-    """Every value of a repeated query parameter (`?label=a:1&label=b:2`), commas kept."""
-
-    def value_from_datadict(self, data, files, name):
-        return data.getlist(name) if hasattr(data, "getlist") else data.get(name)
-
-
-class LabelPairsField(forms.Field):
-    widget = RepeatedParameterWidget
-
-    def to_python(self, value):
-        values = [value] if isinstance(value, str) else list(value or [])
-        if len(values) > MAX_LABELS:  # an agenda holds no more: more can only match nothing
-            raise forms.ValidationError(f"At most {MAX_LABELS} label filters.")
-        try:
-            return [label_filter_parsed(text) for text in values if text]
-        except ValueError as error:
-            raise forms.ValidationError(str(error)) from error
-
-
-class LabelFilter(django_filters.Filter):
-    """`?label=key:value`, repeatable and ANDed (agendas/labels.py)."""
-
-    field_class = LabelPairsField
-
-    def filter(self, queryset, value):
-        return labels_matching(queryset, value, field=self.field_name) if value else queryset
-
-
-class AgendaFilter(OwnedRowFilter):
-    id_prefix = id_prefix_filter()
-    label = LabelFilter(
-        field_name="labels",
-        help_text="Only agendas with this label, written key:value (repeat for several: all "
-        "must match).",
-    )
-    customer = customer_filter()
-    state = django_filters.MultipleChoiceFilter(
-        field_name="progress__state",
-        choices=AgendaState.choices,
-        distinct=False,  # one progress row per agenda: DISTINCT would only cost a sort
-        help_text="Only agendas in these states (repeat the parameter for several).",
-    )
-    insight = django_filters.UUIDFilter(field_name="insight_id", help_text="Insight id.")
-    template = django_filters.UUIDFilter(field_name="template_id", help_text="Template id.")
-    schedule = django_filters.UUIDFilter(field_name="schedule_id", help_text="Schedule id.")
-    external_id = django_filters.CharFilter(help_text="Exact external id.")
-
-    class Meta:
-        model = Agenda
-        fields = ["link_id", "cid", "customer", "state", "insight", "template", "external_id"]
 
 
 class AgendaProgressFilter(OwnedRowFilter):

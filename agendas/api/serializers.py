@@ -10,7 +10,8 @@ from drf_spectacular.utils import PolymorphicProxySerializer, extend_schema_fiel
 from rest_framework import serializers
 
 from agendas.models import Agenda, AgendaProgress, AgendaTemplate, Execution, OperationProgress
-from agendas.services import RerunMode
+from agendas.outputs import agenda_outputs
+from agendas.services import PauseMode, RerunMode
 from agendas.states import processing_state
 from agendas.submit_options import AgendaOptionsSerializer, KeyedAgendaOptionsSerializer
 from agendas.waiting import waiting_reason
@@ -87,6 +88,15 @@ class BulkItemsField(serializers.ListField):
 
 class AgendaBulkSerializer(serializers.Serializer):
     agendas = BulkItemsField(min_length=1, max_length=MAX_BULK, help_text="1 to 1000 agendas.")
+
+
+class AgendaPauseSerializer(serializers.Serializer):
+    mode = serializers.ChoiceField(
+        choices=PauseMode.ALL,
+        default=PauseMode.AFTER_RUNNING,
+        help_text="An executing agenda: after_running (its running operations finish) or now "
+        "(they are stopped at once, their progress kept for the resume).",
+    )
 
 
 class AgendaRerunSerializer(serializers.Serializer):
@@ -176,10 +186,12 @@ class AgendaProgressSerializer(serializers.ModelSerializer):
             "message",
             "percent_complete",
             "attempts_completed",
+            "attempts_started",
             "run_after",
             "do_not_run",
             "abort_requested",
             "pause_requested",
+            "pause_now",
             "diagnostics",
             "started_at",
             "completed_at",
@@ -194,6 +206,16 @@ class AgendaProgressSerializer(serializers.ModelSerializer):
         return processing_state(progress.state)
 
 
+class OutputSerializer(serializers.Serializer):
+    """One output an operation declared in its result (`outputs: [{path or url, kind, bytes}]`)."""
+
+    operation = serializers.CharField(help_text="The operation that wrote it.")
+    path = serializers.CharField(allow_null=True, help_text="A path on the farm's storage.")
+    url = serializers.CharField(allow_null=True, help_text="Where it can be fetched.")
+    kind = serializers.CharField(allow_null=True, help_text="e.g. video, image, hls, dash.")
+    bytes = serializers.IntegerField(allow_null=True, help_text="Its size, when known.")
+
+
 class AgendaSerializer(serializers.ModelSerializer):
     customer_slug = serializers.CharField(source="customer.slug", read_only=True)
     insight_name = serializers.CharField(source="insight.name", read_only=True)
@@ -203,6 +225,9 @@ class AgendaSerializer(serializers.ModelSerializer):
     percent_complete = serializers.FloatField(source="progress.percent_complete", read_only=True)
     callback_url = OptionalURLField(read_only=True)
     progress = AgendaProgressSerializer(read_only=True)
+    outputs = serializers.SerializerMethodField(
+        help_text="What the operations wrote, from each result's `outputs` list."
+    )
 
     class Meta:
         model = Agenda
@@ -231,6 +256,7 @@ class AgendaSerializer(serializers.ModelSerializer):
             "processing_state_message",
             "percent_complete",
             "progress",
+            "outputs",
             "created_at",
             "updated_at",
         ]
@@ -238,6 +264,10 @@ class AgendaSerializer(serializers.ModelSerializer):
 
     def get_processing_state(self, agenda: Agenda) -> str:
         return processing_state(agenda.progress.state)
+
+    @extend_schema_field(OutputSerializer(many=True))
+    def get_outputs(self, agenda: Agenda) -> list[dict[str, Any]]:
+        return agenda_outputs(agenda.progress.operations.all())
 
 
 class WaitingReasonSerializer(serializers.Serializer):

@@ -12,6 +12,7 @@ from rest_framework.decorators import action
 from rest_framework.request import Request
 from rest_framework.response import Response
 
+from agendas.api.examples import BULK_EXAMPLES, SUBMIT_EXAMPLES, TEMPLATE_RUN_EXAMPLES
 from agendas.api.filters import (
     AgendaFilter,
     AgendaProgressFilter,
@@ -24,6 +25,7 @@ from agendas.api.serializers import (
     AgendaBulkResponseSerializer,
     AgendaBulkSerializer,
     AgendaDetailSerializer,
+    AgendaPauseSerializer,
     AgendaProgressSerializer,
     AgendaRerunSerializer,
     AgendaSerializer,
@@ -129,6 +131,7 @@ class AgendaViewSet(mixins.ListModelMixin, mixins.RetrieveModelMixin, CustomerSc
         parameters=[IDEMPOTENCY_PARAMETER],
         responses={201: AgendaDetailSerializer, 200: AgendaDetailSerializer},
         summary="Submit an agenda (201); a repeated Idempotency-Key returns the first (200).",
+        examples=SUBMIT_EXAMPLES,
     )
     def create(self, request: Request, *args: Any, **kwargs: Any) -> Response:
         payload = AgendaSubmitSerializer(data=request.data, context={"request": request})
@@ -146,6 +149,7 @@ class AgendaViewSet(mixins.ListModelMixin, mixins.RetrieveModelMixin, CustomerSc
         request=AgendaBulkSerializer,
         responses={200: AgendaBulkResponseSerializer},
         summary="Submit up to 1000 agendas; each succeeds or fails on its own.",
+        examples=BULK_EXAMPLES,
     )
     @action(detail=False, methods=["post"], filter_backends=[])
     def bulk(self, request: Request) -> Response:
@@ -185,14 +189,17 @@ class AgendaViewSet(mixins.ListModelMixin, mixins.RetrieveModelMixin, CustomerSc
         return Response(agenda_detail(request, agenda))
 
     @extend_schema(
-        request=None,
+        request=AgendaPauseSerializer,
         responses={200: AgendaDetailSerializer, 409: CONFLICT_RESPONSE},
-        summary="Pause; an executing agenda pauses after its running operations.",
+        summary="Pause; an executing agenda pauses after its running operations (mode now: at "
+        "once, keeping their progress).",
     )
     @action(detail=True, methods=["post"])
     def pause(self, request: Request, pk: str) -> Response:
+        payload = AgendaPauseSerializer(data=request.data)
+        payload.is_valid(raise_exception=True)
         agenda = self.get_object()
-        agenda_pause(principal=request.user, agenda=agenda)
+        agenda_pause(principal=request.user, agenda=agenda, **payload.validated_data)
         return Response(agenda_detail(request, agenda))
 
     @extend_schema(
@@ -289,6 +296,7 @@ class AgendaTemplateViewSet(
         request=TemplateRunSerializer,
         responses={201: AgendaDetailSerializer},
         summary="Expand the template with a payload and submit the agenda.",
+        examples=TEMPLATE_RUN_EXAMPLES,
     )
     @action(detail=True, methods=["post"])
     def run(self, request: Request, pk: str) -> Response:

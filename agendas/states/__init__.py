@@ -9,6 +9,7 @@ state.
   states, execution outcomes and the retry policy;
 - `claim`: the pull's claim of queued agendas;
 - `bulk`: set-based forms of those writes for the hot paths (fill, promote, batch report);
+- `callback_outbox`: the callback outbox row a state change writes;
 - `lanes`: the customer lanes kept in step with the ready set, and fair share's charges.
 
 Callers import from `agendas.states`; fill nudges are `agendas.fill_nudge`.
@@ -21,6 +22,7 @@ from agendas.states.bulk import (
     operations_apply_reports,
     progress_promote_due,
     progress_queue_many,
+    progresses_leave_waiting,
 )
 from agendas.states.claim import (
     executions_start,
@@ -99,6 +101,7 @@ __all__ = [
     "progress_create_many",
     "progress_promote_due",
     "progress_queue_many",
+    "progresses_leave_waiting",
     "queue_claim",
     "retry_delay",
     "transition",

@@ -12,11 +12,14 @@ from django.utils import timezone
 
 from agendas.fill_nudge import fill_nudge
 from agendas.models import AgendaProgress, Execution, OperationProgress
-from agendas.queue_models import CallbackDelivery, QueuedAgenda, ReadyAgenda
-from agendas.states.lanes import lanes_charge, lanes_wake
+from agendas.queue_models import QueuedAgenda, ReadyAgenda
+from agendas.states.callback_outbox import callbacks_enqueue
+from agendas.states.lanes import lanes_charge, lanes_refund, lanes_wake
 from agendas.states.machine import (
+    NOTIFY,
+    TERMINAL,
+    OpState,
     S,
-    _callback_delivery,
     _log_completed,
     _operation_apply_item,
     _progress_enter,
@@ -63,6 +66,41 @@ def progress_queue_many(
         for offset, (agenda_id, customer_id) in enumerate(moved)
     )
     return moved_ids
+
+
+def progresses_leave_waiting(
+    progresses: list[AgendaProgress], target: str, *, message: str, now: datetime
+) -> None:
+    """Abort or pause waiting agendas together (actions on a set, `agendas.bulk_actions`): each
+    ends as `transition(progress, target)` would leave it — out of the ready set and the queues
+    (a queued one's fair-share charge given back), its row entering `target`, an aborted one's
+    unfinished operations aborted, the outbox rows and completion lines written. The caller
+    holds the progress rows' locks; `agenda` and its customer are loaded on each."""
+    if not progresses:
+        return
+    for progress in progresses:
+        check_transition(progress, target)
+    agenda_ids = [progress.agenda_id for progress in progresses]
+    ReadyAgenda.objects.filter(agenda_id__in=agenda_ids).delete()
+    QueuedAgenda.objects.filter(agenda_id__in=agenda_ids).delete()
+    for progress in progresses:
+        if progress.state == S.QUEUED:
+            lanes_refund(progress.agenda.insight_id, progress.customer_id, now=now)
+    AgendaProgress.objects.filter(pk__in=[progress.pk for progress in progresses]).update(
+        **entry_update(target, now=now), message=message
+    )
+    for progress in progresses:
+        _progress_enter(progress, target, message=message, now=now)
+    if target == S.ABORTED:
+        OperationProgress.objects.filter(
+            agenda_progress__in=[progress.pk for progress in progresses],
+            state__in=[OpState.WAITING, OpState.EXECUTING],
+        ).update(state=OpState.ABORTED, completed_at=now, updated_at=now)
+    if target in NOTIFY:
+        callbacks_enqueue(progresses, event=target, now=now)
+    if target in TERMINAL:
+        for progress in progresses:
+            _log_completed(progress, now=now)
 
 
 def execution_close(
@@ -125,6 +163,7 @@ _REPORT_PROGRESS_COLUMNS = (
     "completed_at",
     "abort_requested",
     "pause_requested",
+    "pause_now",
     "current_execution_id",
 )
 _REPORT_OPERATION_COLUMNS = (
@@ -191,10 +230,7 @@ def executions_report_many(
         + [progress for progress, _, _ in succeeded],
         _REPORT_PROGRESS_COLUMNS,
     )
-    deliveries = [
-        _callback_delivery(progress, event=S.SUCCEEDED, now=now) for progress, _, _ in succeeded
-    ]
-    CallbackDelivery.objects.bulk_create([d for d in deliveries if d is not None])
+    callbacks_enqueue([progress for progress, _, _ in succeeded], event=S.SUCCEEDED, now=now)
     for progress, _, _ in succeeded:
         _log_completed(progress, now=now)
 

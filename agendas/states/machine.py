@@ -11,14 +11,15 @@ from collections.abc import Iterable, Sequence
 from datetime import datetime, timedelta
 
 from django.conf import settings
-from django.db.models import Value
+from django.db.models import F, Value
 from django.db.models.functions import Coalesce
 from django.utils import timezone
 
 from agenda_language.progress import percent_rollup as agenda_percent
 from agendas.fill_nudge import fill_nudge
 from agendas.models import Agenda, AgendaProgress, Execution, OperationProgress
-from agendas.queue_models import CallbackDelivery, QueuedAgenda, ReadyAgenda
+from agendas.queue_models import QueuedAgenda, ReadyAgenda
+from agendas.states.callback_outbox import callback_enqueue
 from agendas.states.lanes import lanes_charge, lanes_refund, lanes_wake
 from core.after_commit import after_commit
 from core.errors import InvalidTransition
@@ -194,9 +195,17 @@ class _Moment:
 
 NOW = _Moment("NOW")  # the transition's time
 NOW_IF_UNSET = _Moment("NOW_IF_UNSET")  # the transition's time unless the field has one already
+# The attempt an execution begins: one more than those completed (`attempts_started`).
+NEXT_ATTEMPT = _Moment("NEXT_ATTEMPT")
 _LEAVE_EXECUTION = {"current_execution": None}
 # A finished agenda keeps no time to run after (a retry's backoff ends with the agenda).
-_END = {"completed_at": NOW, "abort_requested": False, "pause_requested": False, "run_after": None}
+_END = {
+    "completed_at": NOW,
+    "abort_requested": False,
+    "pause_requested": False,
+    "pause_now": False,
+    "run_after": None,
+}
 # What entering each state writes on the progress row besides `state` (and `message` when
 # given). The row path (`_progress_enter`), the set-based updates (`entry_update`) and the
 # claim's SQL (`entry_sql`) all read it.
@@ -205,12 +214,13 @@ ENTRY: dict[str, dict[str, object]] = {
     S.READY: {
         "abort_requested": False,
         "pause_requested": False,
+        "pause_now": False,
         "completed_at": None,
         **_LEAVE_EXECUTION,
     },
     S.QUEUED: _LEAVE_EXECUTION,
-    S.EXECUTING: {"started_at": NOW_IF_UNSET},
-    S.PAUSED: {"pause_requested": False, **_LEAVE_EXECUTION},
+    S.EXECUTING: {"started_at": NOW_IF_UNSET, "attempts_started": NEXT_ATTEMPT},
+    S.PAUSED: {"pause_requested": False, "pause_now": False, **_LEAVE_EXECUTION},
     S.SUCCEEDED: {**_END, **_LEAVE_EXECUTION},
     S.FAILED: {**_END, **_LEAVE_EXECUTION},
     S.ABORTED: {**_END, **_LEAVE_EXECUTION},
@@ -234,6 +244,8 @@ def _progress_enter(
             value = now
         elif value is NOW:
             value = now
+        elif value is NEXT_ATTEMPT:
+            value = progress.attempts_completed + 1
         elif name == "current_execution" and progress.current_execution_id is None:
             continue  # already empty: no load, no write
         setattr(progress, name, value)
@@ -249,6 +261,8 @@ def entry_update(target: str, *, now: datetime) -> dict[str, object]:
             value = Coalesce(name, Value(now))
         elif value is NOW:
             value = now
+        elif value is NEXT_ATTEMPT:
+            value = F("attempts_completed") + 1
         values[name] = value
     return values
 
@@ -264,6 +278,10 @@ def entry_sql(target: str, *, table: str, now_parameter: str) -> str:
             expression = f"coalesce({table}.{column}, {now})"
         elif value is NOW:
             expression = now
+        elif value is NEXT_ATTEMPT:
+            expression = (
+                f"{table}.{AgendaProgress._meta.get_field('attempts_completed').column} + 1"
+            )
         elif value is None:
             expression = "NULL"
         else:
@@ -312,44 +330,6 @@ def _enter_queue(agenda_id: object, *, position: int | None, now: datetime) -> N
         queued_at=now,
     )
     ready.delete()
-
-
-def callback_enqueue(progress: AgendaProgress, *, event: str, now: datetime) -> None:
-    """Write the outbox row for `event` when the agenda or its customer has a callback URL."""
-    delivery = _callback_delivery(progress, event=event, now=now)
-    if delivery is not None:
-        delivery.save(force_insert=True)
-
-
-def _callback_delivery(
-    progress: AgendaProgress, *, event: str, now: datetime
-) -> CallbackDelivery | None:
-    agenda = progress.agenda
-    url = agenda.callback_url or agenda.customer.callback_url
-    if not url:
-        return None
-    return CallbackDelivery(
-        agenda_id=agenda.pk,
-        customer_id=agenda.customer_id,
-        link_id=agenda.link_id,
-        cid=agenda.cid,
-        url=url,
-        event=event,
-        body={
-            "event": event,
-            "agenda_id": str(agenda.pk),
-            "link_id": agenda.link_id,
-            "external_id": agenda.external_id,
-            "labels": agenda.labels,
-            "customer": agenda.customer.slug,
-            "state": progress.state,
-            "processing_state": processing_state(progress.state),
-            "percent_complete": progress.percent_complete,
-            "attempts_completed": progress.attempts_completed,
-            "occurred_at": now.isoformat(),
-        },
-        next_attempt_at=now,
-    )
 
 
 def operation_set_state(

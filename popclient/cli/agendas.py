@@ -9,6 +9,7 @@ import sys
 from pathlib import Path
 from typing import Any
 
+from popclient.cli.agenda_sets import cmd_agendas_act_on_set
 from popclient.cli.base import (
     EXIT_OK,
     EXIT_VALIDATION,
@@ -94,23 +95,68 @@ def register(commands: Any, common: argparse.ArgumentParser) -> None:
         ("pause", "pause an agenda (a running one stops after its running operations)"),
         ("resume", "resume a paused agenda"),
     ):
-        action = add_command(agenda_commands, common, name, help_text)
-        action.add_argument("id")
+        action = add_command(agenda_commands, common, name, help_text + SET_HELP)
+        action.add_argument("id", nargs="?", help="the agenda (or give --filter/--label)")
+        if name == "pause":
+            action.add_argument(
+                "--now",
+                action="store_true",
+                help="stop running operations at once (their progress is kept for the resume)",
+            )
+        _add_set_options(action)
         action.set_defaults(handler=cmd_agendas_action, action=name)
 
-    rerun = add_command(agenda_commands, common, "rerun", "run a finished or paused agenda again")
-    rerun.add_argument("id")
+    rerun = add_command(
+        agenda_commands, common, "rerun", "run a finished or paused agenda again" + SET_HELP
+    )
+    rerun.add_argument("id", nargs="?", help="the agenda (or give --filter/--label)")
     rerun.add_argument("--mode", choices=["continue", "reset_all", "operations_to_reset"])
     rerun.add_argument("--operations", help="comma-separated operations to reset")
     rerun.add_argument("--skip-execution", action="store_true")
     rerun.add_argument("--wait", action="store_true")
-    rerun.set_defaults(handler=cmd_agendas_rerun)
+    _add_set_options(rerun)
+    rerun.set_defaults(handler=cmd_agendas_rerun, action="rerun")
 
     executions = add_command(
         agenda_commands, common, "executions", "list an agenda's execution attempts"
     )
     executions.add_argument("id")
     executions.set_defaults(handler=cmd_agendas_executions)
+
+
+SET_HELP = "; with --filter/--label, every agenda they match"
+
+
+def _add_set_options(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument(
+        "--filter",
+        action="append",
+        metavar="KEY=VALUE",
+        help="act on every agenda matching (the list's filters: state, link_id, template, "
+        "insight, customer, created_after, ...; repeatable)",
+    )
+    parser.add_argument(
+        "--label", action="append", metavar="KEY=VALUE", help="only agendas with this label"
+    )
+    parser.add_argument(
+        "--dry-run", action="store_true", help="with --filter: only count what would change"
+    )
+    parser.add_argument(
+        "--no-wait", action="store_true", help="with --filter: print the job id and return"
+    )
+
+
+def _on_a_set(ctx: Context) -> bool:
+    """Whether the command acts on a filter's set (else on one agenda); refuses both/neither."""
+    args = ctx.args
+    on_set = bool(args.filter or args.label)
+    if on_set and args.id:
+        raise UsageError("give an agenda id or --filter/--label, not both")
+    if not on_set and not args.id:
+        raise UsageError("give an agenda id, or --filter/--label to act on every match")
+    if not on_set and (args.dry_run or args.no_wait):
+        raise UsageError("--dry-run and --no-wait go with --filter/--label")
+    return on_set
 
 
 def _load_json_file(name: str) -> Any:
@@ -255,7 +301,7 @@ def cmd_agendas_show(ctx: Context) -> int:
         ("Link id", agenda.get("link_id")),
         ("Labels", ", ".join(f"{k}={v}" for k, v in (agenda.get("labels") or {}).items())),
         ("Priority", agenda.get("priority")),
-        ("Attempts", progress.get("attempts_completed")),
+        ("Attempts", _attempts(agenda, progress)),
         ("Insight", agenda.get("insight_name") or agenda.get("insight")),
         ("Created", agenda.get("created_at")),
         ("CID", agenda.get("cid")),
@@ -278,9 +324,32 @@ def cmd_agendas_show(ctx: Context) -> int:
     if rows:
         out.line()
         out.table(rows, ["operation", "type", "state", "done", "result / message"])
+    outputs = [
+        [
+            output.get("operation"),
+            output.get("kind"),
+            " ".join(where for where in (output.get("path"), output.get("url")) if where),
+            output.get("bytes"),
+        ]
+        for output in agenda.get("outputs") or []
+    ]
+    if outputs:
+        out.line()
+        out.table(outputs, ["output of", "kind", "path / url", "bytes"])
     for entry in progress.get("diagnostics") or []:
         out.line(f"! {entry.get('time', '')} {entry.get('message', '')}")
     return EXIT_OK
+
+
+def _attempts(agenda: dict[str, Any], progress: dict[str, Any]) -> str | None:
+    """ "attempt 1 of 3" while executing, "2 of 3 used" otherwise (older servers: completed)."""
+    started = progress.get("attempts_started", progress.get("attempts_completed"))
+    if started is None:
+        return None
+    of = f" of {agenda['max_attempts']}" if agenda.get("max_attempts") else ""
+    if agenda_state(agenda) == "executing":
+        return f"attempt {started}{of}"
+    return f"{started}{of} used"
 
 
 def cmd_agendas_watch(ctx: Context) -> int:
@@ -290,10 +359,12 @@ def cmd_agendas_watch(ctx: Context) -> int:
 
 
 def cmd_agendas_action(ctx: Context) -> int:
+    if _on_a_set(ctx):
+        return cmd_agendas_act_on_set(ctx)
     client = ctx.client()
     action = {
         "abort": client.abort_agenda,
-        "pause": client.pause_agenda,
+        "pause": lambda agenda: client.pause_agenda(agenda, now=ctx.args.now),
         "resume": client.resume_agenda,
     }[ctx.args.action]
     agenda = action(agenda_id(ctx, ctx.args.id)) or {}
@@ -307,6 +378,10 @@ def cmd_agendas_action(ctx: Context) -> int:
 
 def cmd_agendas_rerun(ctx: Context) -> int:
     args = ctx.args
+    if _on_a_set(ctx):
+        if args.operations or args.skip_execution:
+            raise UsageError("a rerun of a set takes --mode continue or reset_all only")
+        return cmd_agendas_act_on_set(ctx)
     operations = [name.strip() for name in (args.operations or "").split(",") if name.strip()]
     mode = args.mode or ("operations_to_reset" if operations else "continue")
     if mode == "operations_to_reset" and not operations:

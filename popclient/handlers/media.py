@@ -174,7 +174,7 @@ def transcode_handler(payload: Any, ctx: OperationContext) -> Any:
     ``height``, ``video_bitrate``, ``audio_bitrate``, ``preset``, ``input_args`` (list, before
     ``-i``), ``extra_args`` (list, output options),
     ``overwrite`` (true). Reports percent from ffmpeg's progress. Result: ``{output,
-    size_bytes, summary?}``."""
+    size_bytes, outputs, summary?}``."""
     source, output = input_output(payload)
     require_program("ffmpeg", "transcode")
     require_input(source)
@@ -206,7 +206,7 @@ def transcode_handler(payload: Any, ctx: OperationContext) -> Any:
     arguments += [str(arg) for arg in extra]
     arguments.append(output)
     run_ffmpeg(arguments, ctx, "transcode", _media_duration(source, payload, ctx))
-    result: dict[str, Any] = {"output": output, "size_bytes": os.path.getsize(output)}
+    result = file_result(output, "video")
     if shutil.which("ffprobe") is not None:
         result["summary"] = summarize_probe(ffprobe(output, ctx, "transcode"))
     return result
@@ -214,7 +214,7 @@ def transcode_handler(payload: Any, ctx: OperationContext) -> Any:
 
 def thumbnail_handler(payload: Any, ctx: OperationContext) -> Any:
     """One frame of ``input`` at ``at_seconds`` (0) into ``output`` (an image path),
-    optionally scaled to ``width``. Result: ``{output, size_bytes}``."""
+    optionally scaled to ``width``. Result: ``{output, size_bytes, outputs}``."""
     source, output = input_output(payload)
     require_program("ffmpeg", "thumbnail")
     require_input(source)
@@ -226,4 +226,16 @@ def thumbnail_handler(payload: Any, ctx: OperationContext) -> Any:
     run_ffmpeg(arguments, ctx, "thumbnail", None)
     if not os.path.exists(output):
         raise HandlerError(f"ffmpeg wrote no frame at {at}s (past the end?)", code="ffmpeg_failed")
-    return {"output": output, "size_bytes": os.path.getsize(output)}
+    return file_result(output, "image")
+
+
+def file_result(path: str, kind: str) -> dict[str, Any]:
+    """The result of a handler that wrote one file: ``output`` and ``size_bytes``, and the same
+    file in the outputs convention every handler follows (``outputs: [{path or url, kind,
+    bytes}]``), which the server lists on the agenda's page, in the API and in callbacks."""
+    size = os.path.getsize(path)
+    return {
+        "output": path,
+        "size_bytes": size,
+        "outputs": [{"path": path, "kind": kind, "bytes": size}],
+    }

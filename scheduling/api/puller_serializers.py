@@ -252,6 +252,9 @@ def _pulled_item(item: PulledAgenda) -> dict:
 class ReportAnswerSerializer(serializers.Serializer):
     abort = serializers.BooleanField(help_text="Stop now: the agenda was aborted.")
     pause = serializers.BooleanField(help_text="Stop after the running operations: pause asked.")
+    pause_now = serializers.BooleanField(
+        help_text="With pause: stop the running operations at once, keeping their progress."
+    )
     lease_expires_at = serializers.DateTimeField(
         allow_null=True, help_text="Report again before this; null once the execution ended."
     )
@@ -264,6 +267,7 @@ class BatchReportResultSerializer(serializers.Serializer):
     status = serializers.IntegerField(help_text="The HTTP status this report would have had.")
     abort = serializers.BooleanField(required=False)
     pause = serializers.BooleanField(required=False)
+    pause_now = serializers.BooleanField(required=False)
     lease_expires_at = serializers.DateTimeField(required=False, allow_null=True)
     state = serializers.CharField(required=False)
     detail = serializers.CharField(required=False)

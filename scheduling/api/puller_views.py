@@ -16,6 +16,11 @@ from rest_framework.response import Response
 from core.api import CONFLICT_RESPONSE, ErrorSerializer, PopAPIView, validate_each
 from resourcepools.models import Insight
 from resourcepools.selectors import insight_visible_get
+from scheduling.api.puller_examples import (
+    BATCH_REPORT_EXAMPLES,
+    PULL_EXAMPLES,
+    REPORT_EXAMPLES,
+)
 from scheduling.api.puller_serializers import (
     AddOperationsResponseSerializer,
     AddOperationsSerializer,
@@ -56,6 +61,7 @@ class InsightPullView(PopAPIView):
         request=PullRequestSerializer,
         responses={200: PullResponseSerializer},
         summary="Lease queued agendas of an insight (long-poll with wait_seconds).",
+        examples=PULL_EXAMPLES,
     )
     def post(self, request: Request, pk: str) -> Response:
         insight = _visible_insight(request, pk)
@@ -79,6 +85,7 @@ class ExecutionReportView(PopAPIView):
         request=ReportSerializer,
         responses={200: ReportAnswerSerializer, 403: LEASE_REFUSED, 409: STALE},
         summary="Report progress or the outcome of an execution; renews its lease.",
+        examples=REPORT_EXAMPLES,
     )
     def post(self, request: Request, pk: str) -> Response:
         payload = ReportSerializer(data=request.data)
@@ -103,6 +110,7 @@ class ExecutionReportBatchView(PopAPIView):
         request=BatchReportSerializer,
         responses={200: BatchReportResponseSerializer},
         summary="Up to 100 reports in one transaction, with a result per report.",
+        examples=BATCH_REPORT_EXAMPLES,
     )
     def post(self, request: Request) -> Response:
         payload = BatchReportSerializer(data=request.data)
@@ -174,6 +182,7 @@ def _item_result(outcome: BatchItemResult) -> dict[str, Any]:
         result.update(
             abort=outcome.answer.abort,
             pause=outcome.answer.pause,
+            pause_now=outcome.answer.pause_now,
             lease_expires_at=outcome.answer.lease_expires_at,
             state=outcome.answer.state,
         )

@@ -310,6 +310,31 @@ def test_agendas_show_prints_operations():
     assert "encode     transcode  executing  20%   x" in out
 
 
+def test_agendas_show_lists_the_outputs_the_operations_declared():
+    finished = {
+        **AGENDA,
+        "outputs": [
+            {
+                "operation": "encode",
+                "path": "/media/out/clip.mp4",
+                "url": None,
+                "kind": "video",
+                "bytes": 52311,
+            },
+            {"operation": "pack", "path": None, "url": "https://cdn.example/m.m3u8", "kind": "hls"},
+        ],
+    }
+    server = Server({("GET", "/agendas/a1/"): (200, finished)})
+
+    code, out, _ = pop(server, "agendas", "show", "a1")
+
+    assert code == 0
+    lines = out.splitlines()
+    header = next(i for i, line in enumerate(lines) if line.split()[:2] == ["OUTPUT", "OF"])
+    assert lines[header + 1].split() == ["encode", "video", "/media/out/clip.mp4", "52311"]
+    assert lines[header + 2].split()[:3] == ["pack", "hls", "https://cdn.example/m.m3u8"]
+
+
 def test_agendas_show_says_why_an_agenda_waits():
     waiting = {
         **AGENDA,
@@ -763,3 +788,100 @@ def test_output_cut_short_by_the_reader_is_not_a_crash():
 
     assert code == 0
     assert "Traceback" not in stderr.getvalue()
+
+
+# -- actions on a set ------------------------------------------------------------------
+
+
+def test_agendas_abort_with_a_filter_dry_run_prints_the_counts_and_starts_nothing():
+    server = Server(
+        {
+            ("POST", "/agendas/actions/"): (
+                200,
+                {"dry_run": True, "action": "abort", "matched": 6, "would_change": 3},
+            )
+        }
+    )
+
+    code, out, _ = pop(
+        server, "agendas", "abort", "--filter", "state=failed", "--filter", "state=ready",
+        "--filter", "template=t1", "--label", "batch=42", "--dry-run",
+    )  # fmt: skip
+
+    assert code == 0
+    assert "6 agendas match, 3 would change" in out
+    assert server.body() == {
+        "action": "abort",
+        "filter": {"state": ["failed", "ready"], "template": "t1", "label": ["batch:42"]},
+        "dry_run": True,
+    }
+    assert len(server.requests) == 1
+
+
+def test_agendas_rerun_with_a_filter_follows_the_job_until_it_is_done(monkeypatch):
+    monkeypatch.setattr("popclient.cli.agenda_sets.POLL_SECONDS", 0)
+    job = {"id": "j1", "action": "rerun", "matched": 5, "skipped": {}, "error": ""}
+    server = Server(
+        {
+            ("POST", "/agendas/actions/"): (
+                202,
+                {**job, "status": "running", "done": False, "processed": 0, "changed": 0},
+            ),
+            ("GET", "/agendas/actions/j1/"): [
+                (200, {**job, "status": "running", "done": False, "processed": 3, "changed": 3}),
+                (
+                    200,
+                    {
+                        **job,
+                        "status": "done",
+                        "done": True,
+                        "processed": 5,
+                        "changed": 4,
+                        "skipped": {"executing: cannot rerun": 1},
+                    },
+                ),
+            ],
+        }
+    )
+
+    code, out, _ = pop(server, "agendas", "rerun", "--label", "batch=42", "--mode", "reset_all")
+
+    assert code == 0
+    assert server.body(0) == {
+        "action": "rerun",
+        "filter": {"label": ["batch:42"]},
+        "mode": "reset_all",
+        "dry_run": False,
+    }
+    assert "rerun job j1: 3/5 done, 3 changed, 0 skipped (running)" in out
+    assert "rerun job j1: 5/5 done, 4 changed, 1 skipped (done)" in out
+    assert "skipped 1: executing: cannot rerun" in out
+
+
+@pytest.mark.parametrize(
+    "argv",
+    [
+        ["agendas", "abort"],
+        ["agendas", "abort", "a1", "--label", "batch=1"],
+        ["agendas", "pause", "a1", "--dry-run"],
+        ["agendas", "abort", "--filter", "state"],
+        ["agendas", "abort", "--filter", "link_id=a", "--filter", "link_id=b"],
+        ["agendas", "rerun", "--label", "b=1", "--operations", "probe"],
+    ],
+)
+def test_agendas_actions_refuse_an_unclear_selection_before_calling_the_server(argv):
+    server = Server()
+
+    code, _, err = pop(server, *argv)
+
+    assert code == 2, err
+    assert server.requests == []
+
+
+def test_agendas_pause_now_asks_the_server_to_stop_running_operations_at_once():
+    server = Server({("POST", "/agendas/a1/pause/"): (200, AGENDA)})
+
+    code, out, _ = pop(server, "agendas", "pause", "a1", "--now")
+
+    assert code == 0
+    assert server.body() == {"mode": "now"}

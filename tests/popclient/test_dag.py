@@ -601,3 +601,72 @@ def test_a_withdrawn_pause_lets_the_run_go_on():
 
     assert result.state == "succeeded"
     assert recorder.calls == ["a", "b"]
+
+
+def _resumable(started: threading.Event):
+    """A handler that saves its place in params, then works until cancelled."""
+
+    def handler(payload, ctx):
+        ctx.report_progress(40, "40 % encoded", {"segment": 4})
+        started.set()
+        ctx.cancelled.wait(5)
+        return {"finished": not ctx.cancelled.is_set()}
+
+    return handler
+
+
+def test_a_pause_now_stops_running_operations_at_once_and_keeps_their_progress():
+    started = threading.Event()
+    registry = default_registry()
+    registry.register("resumable", _resumable(started))
+    runner = DagRunner(
+        {"id": "x", "operations": [op("encode", "resumable"), op("pack", "resumable")]},
+        registry=registry,
+        max_parallel=1,
+    )
+    threading.Thread(
+        target=lambda: started.wait(5) and runner.request_pause(now=True), daemon=True
+    ).start()
+    begun = time.monotonic()
+
+    result = runner.run()
+
+    assert time.monotonic() - begun < 2.0  # not the handler's 5 s
+    assert result.state == "paused"
+    encode = result.operations["encode"]
+    assert (encode.state, encode.params, encode.percent_complete) == ("waiting", {"segment": 4}, 40)
+    assert encode.completed_at is None
+    assert result.operations["pack"].state == "waiting"  # never started
+
+
+def test_a_pause_now_ends_a_handler_that_ignores_it_after_the_grace():
+    def deaf(payload, ctx):
+        time.sleep(3)
+        return {}
+
+    registry = default_registry()
+    registry.register("deaf", deaf)
+    runner = DagRunner(
+        {"id": "x", "operations": [op("deaf", "deaf")]}, registry=registry, abort_grace_seconds=0.3
+    )
+    threading.Timer(0.1, lambda: runner.request_pause(now=True)).start()
+    begun = time.monotonic()
+
+    result = runner.run()
+
+    assert time.monotonic() - begun < 1.5
+    assert (result.state, result.operations["deaf"].state) == ("paused", "waiting")
+
+
+def test_a_pause_after_running_can_be_escalated_to_now():
+    started = threading.Event()
+    registry = default_registry()
+    registry.register("resumable", _resumable(started))
+    runner = DagRunner({"id": "x", "operations": [op("encode", "resumable")]}, registry=registry)
+    threading.Thread(target=lambda: started.wait(5) and runner.request_pause(), daemon=True).start()
+    threading.Timer(0.5, lambda: runner.request_pause(now=True)).start()  # escalated later
+
+    result = runner.run()
+
+    assert result.state == "paused"
+    assert result.operations["encode"].state == "waiting"  # the escalation stopped it

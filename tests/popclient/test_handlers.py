@@ -454,6 +454,9 @@ if FFMPEG or os.environ.get("CI") == "true":
 
         assert result["output"] == str(output)
         assert result["size_bytes"] == output.stat().st_size > 0
+        assert result["outputs"] == [
+            {"path": str(output), "kind": "video", "bytes": output.stat().st_size}
+        ]
         assert (result["summary"]["width"], result["summary"]["height"]) == (80, 60)
         assert progress.percents[-1] == 100
 
@@ -465,7 +468,12 @@ if FFMPEG or os.environ.get("CI") == "true":
             {"input": str(clip), "output": str(output), "at_seconds": 1, "width": 64}, ctx
         )
 
-        assert result == {"output": str(output), "size_bytes": output.stat().st_size}
+        size = output.stat().st_size
+        assert result == {
+            "output": str(output),
+            "size_bytes": size,
+            "outputs": [{"path": str(output), "kind": "image", "bytes": size}],
+        }
         assert output.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
 
     def test_mediainfo_of_a_missing_file_fails_clearly(tmp_path):

@@ -32,6 +32,7 @@ class FakePop:
         self.paths = []
         self.abort_after_reports = {}  # agenda id → n reports then answer abort
         self.pause_when_executing = {}  # agenda id → answer pause once this op executes
+        self.pause_now = set()  # agenda ids whose pause answers say pause_now
         self.conflict_agendas = set()
         self.fail_reports = 0  # answer 500 to this many reports
         self.fail_insights = 0  # answer 500 to this many insight lists
@@ -150,7 +151,9 @@ class FakePop:
         abort = count >= self.abort_after_reports.get(agenda_id, float("inf"))
         pause_op = self.pause_when_executing.get(agenda_id)
         pause = pause_op is not None and "executing" in self.op_states(agenda_id, pause_op)
-        return 200, {"abort": abort, "pause": pause, "lease_expires_at": self.lease()}
+        pause_now = pause and agenda_id in self.pause_now
+        answer = {"abort": abort, "pause": pause, "pause_now": pause_now}
+        return 200, {**answer, "lease_expires_at": self.lease()}
 
 
 def make_worker(fake, **kwargs):
@@ -278,6 +281,27 @@ def test_pause_flag_finishes_running_operations_and_reports_paused():
     assert final["state"] == "paused"
     assert final["percent_complete"] == 50.0
     assert fake.op_states(agenda_id, "first")[-1] == "succeeded"
+    assert fake.op_states(agenda_id, "second") == []
+
+
+def test_pause_now_stops_the_running_operation_and_reports_it_waiting():
+    fake = FakePop(lease_seconds=0.6)
+    agenda_id = fake.submit(
+        [
+            {"name": "first", "type": "sleep", "payload": {"seconds": 30}},
+            {"name": "second", "type": "log", "payload": {"message": "x"}, "depends_on": ["first"]},
+        ]
+    )
+    fake.pause_when_executing[agenda_id] = "first"
+    fake.pause_now.add(agenda_id)
+    started = time.monotonic()
+
+    make_worker(fake, max_agendas=1).run()
+
+    final = fake.final(agenda_id)
+    assert time.monotonic() - started < 5.0  # not the 30 s sleep
+    assert final["state"] == "paused"
+    assert fake.op_states(agenda_id, "first")[-1] == "waiting"
     assert fake.op_states(agenda_id, "second") == []
 
 

@@ -68,6 +68,7 @@ def test_progress_report_updates_operations_rolls_up_percent_and_renews_the_leas
     assert response.json() == {
         "abort": False,
         "pause": False,
+        "pause_now": False,
         "lease_expires_at": expires.isoformat().replace("+00:00", "Z"),
         "state": "executing",
     }
