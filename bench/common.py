@@ -369,9 +369,10 @@ def bulk_insert_ready(
                 """
                 INSERT INTO agendas_agendaprogress (id, link_id, cid, created_at, updated_at,
                     agenda_id, customer_id, state, message, percent_complete, attempts_completed,
-                    do_not_run, abort_requested, pause_requested, diagnostics)
+                    attempts_started, do_not_run, abort_requested, pause_requested, pause_now,
+                    diagnostics)
                 SELECT gen_random_uuid(), '', 'bench', now(), now(), id, customer_id, %s, '', 0,
-                    0, false, false, false, '[]'::jsonb
+                    0, 0, false, false, false, false, '[]'::jsonb
                 FROM bench_new
                 """,
                 [state],
