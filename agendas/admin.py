@@ -11,15 +11,20 @@ from django.utils.safestring import SafeString
 from agendas.models import Agenda, AgendaProgress, AgendaTemplate, Execution, OperationProgress
 from agendas.services import agenda_abort, agenda_pause, agenda_resume
 from agendas.states import InvalidTransition
-from core.admin import OwnedRowAdmin
+from core.admin import BigTableAdmin, CustomerFilter, InsightFilter, OwnedRowAdmin, exact_filter
 from core.pages import pretty_json as indented_json
+
+TemplateFilter = exact_filter(
+    "template", "template__name", "template__id", placeholder="template name or id"
+)
 
 
 @admin.register(AgendaTemplate)
 class AgendaTemplateAdmin(OwnedRowAdmin):
     list_display = ["name", "customer", "is_global", "created_at"]
-    list_filter = ["customer", "is_global"]
+    list_filter = [CustomerFilter, "is_global"]
     search_fields = ["name", "description", "link_id"]
+    autocomplete_fields = ["customer"]
     filter_horizontal = ["allowed_customers"]
 
 
@@ -72,7 +77,7 @@ def dashboard_url(agenda: Agenda) -> str:
 
 
 @admin.register(Agenda)
-class AgendaAdmin(ReadOnlyMixin, admin.ModelAdmin):
+class AgendaAdmin(ReadOnlyMixin, BigTableAdmin):
     list_display = [
         "id",
         "customer",
@@ -83,11 +88,15 @@ class AgendaAdmin(ReadOnlyMixin, admin.ModelAdmin):
         "link_id",
         "created_at",
     ]
-    list_filter = ["progress__state", "customer", "insight", "template"]
-    search_fields = ["=id", "external_id", "link_id", "cid"]
+    list_filter = ["progress__state", CustomerFilter, InsightFilter, TemplateFilter, "created_at"]
+    # Each one indexed, matched whole (core.admin.BigTableAdmin).
+    search_fields = ["id", "external_id", "link_id", "cid"]
+    search_help_text = (
+        "The agenda's id (or its first 8+ digits), external id, link id or cid, exactly."
+    )
+    sortable_by = ["id", "link_id", "created_at"]
     list_select_related = ["customer", "insight", "progress"]
     actions = [abort_selected, pause_selected, resume_selected]
-    date_hierarchy = "created_at"
     # Read-only: every field is shown, the JSON ones indented, with the operations' progress.
     fieldsets = [
         (
@@ -207,7 +216,7 @@ class OperationProgressInline(admin.TabularInline):
 
 
 @admin.register(AgendaProgress)
-class AgendaProgressAdmin(ReadOnlyMixin, admin.ModelAdmin):
+class AgendaProgressAdmin(ReadOnlyMixin, BigTableAdmin):
     list_display = [
         "agenda_id",
         "customer",
@@ -216,24 +225,34 @@ class AgendaProgressAdmin(ReadOnlyMixin, admin.ModelAdmin):
         "attempts_completed",
         "updated_at",
     ]
-    list_filter = ["state", "customer", "abort_requested", "pause_requested"]
-    search_fields = ["=agenda__id", "link_id", "message"]
+    list_filter = ["state", CustomerFilter, "abort_requested", "pause_requested"]
+    search_fields = ["agenda__id", "link_id", "cid"]
+    search_help_text = "The agenda's id (or its first 8+ digits), link id or cid, exactly."
+    sortable_by = ["agenda_id"]
     list_select_related = ["customer"]
     inlines = [OperationProgressInline]
 
 
 @admin.register(OperationProgress)
-class OperationProgressAdmin(ReadOnlyMixin, admin.ModelAdmin):
+class OperationProgressAdmin(ReadOnlyMixin, BigTableAdmin):
     list_display = ["name", "type", "state", "percent_complete", "attempt_count", "customer"]
-    list_filter = ["state", "type", "customer"]
-    search_fields = ["name", "link_id", "=agenda_progress__agenda__id"]
+    list_filter = ["state", exact_filter("type", placeholder="operation type"), CustomerFilter]
+    search_fields = ["agenda_progress__agenda__id", "id", "link_id"]
+    search_help_text = (
+        "The agenda's id (or its first 8+ digits), the operation's id or its link id, exactly."
+    )
+    sortable_by: list[str] = []
     list_select_related = ["customer"]
 
 
 @admin.register(Execution)
-class ExecutionAdmin(ReadOnlyMixin, admin.ModelAdmin):
+class ExecutionAdmin(ReadOnlyMixin, BigTableAdmin):
     list_display = ["agenda_id", "number", "insight", "worker", "outcome", "started_at", "ended_at"]
-    list_filter = ["outcome", "insight", "customer"]
-    search_fields = ["=agenda__id", "worker", "link_id"]
+    list_filter = ["outcome", InsightFilter, CustomerFilter]
+    search_fields = ["agenda__id", "id", "link_id"]
+    search_help_text = (
+        "The agenda's id (or its first 8+ digits), the execution's id or its link id, exactly."
+    )
+    sortable_by = ["agenda_id"]
     list_select_related = ["insight"]
     exclude = ["lease_token"]

@@ -7,6 +7,10 @@ throttled per process and insight (POP_FILL_NUDGE_MIN_INTERVAL), but never dropp
 inside the throttle window arms one trailing nudge for the window's end. The periodic fill
 stays the backstop (a process that exits loses its pending trailing nudge). The task a nudge
 enqueues is named by the POP_FILL_NUDGE_TASK setting.
+
+Nudges are also coalesced across processes: at most one fill task per insight waits for the
+cluster (`PendingFillNudge`), so a cluster outage leaves one task per insight to replay, not
+one per nudge.
 """
 
 import logging
@@ -15,12 +19,15 @@ import os
 import threading
 import time
 from collections.abc import Iterable
+from datetime import timedelta
 
 from django.conf import settings
 from django.db import connection
 from django.db.models import Count, F
+from django.utils import timezone
 from django_q.tasks import async_task
 
+from agendas.queue_models import PendingFillNudge
 from core.after_commit import after_commit
 from resourcepools.models import Insight
 
@@ -123,6 +130,8 @@ def _fill_nudge_send(insight_ids: list[str], mode: str) -> None:
     for insight_id in with_room:
         with _nudge_lock:
             _last_nudge[str(insight_id)] = time.monotonic()
+        if mode != "sync" and not _nudge_pending_claim(insight_id):
+            continue  # a fill task of this insight is already waiting for the cluster
         async_task(
             settings.POP_FILL_NUDGE_TASK,
             str(insight_id),
@@ -130,6 +139,37 @@ def _fill_nudge_send(insight_ids: list[str], mode: str) -> None:
             group="pop-fill-nudge",
             save=False,
         )
+
+
+# A pending nudge older than this no longer holds others back (its task may have been lost).
+NUDGE_PENDING_SECONDS = 60.0
+
+
+def _nudge_pending_claim(insight_id: object) -> bool:
+    """Record that a fill task of the insight is about to be enqueued; False when one is
+    already waiting (enqueued less than NUDGE_PENDING_SECONDS ago and not started): one
+    conditional upsert, on PostgreSQL and SQLite alike. The task drops the row as it starts
+    (`fill_nudge_started`)."""
+    now = timezone.now()
+    ops = connection.ops
+    table = ops.quote_name(PendingFillNudge._meta.db_table)
+    with connection.cursor() as cursor:
+        cursor.execute(
+            f"INSERT INTO {table} (insight_id, enqueued_at) VALUES (%s, %s) "
+            f"ON CONFLICT (insight_id) DO UPDATE SET enqueued_at = excluded.enqueued_at "
+            f"WHERE {table}.enqueued_at < %s RETURNING insight_id",
+            [
+                Insight._meta.pk.get_db_prep_value(insight_id, connection),
+                ops.adapt_datetimefield_value(now),
+                ops.adapt_datetimefield_value(now - timedelta(seconds=NUDGE_PENDING_SECONDS)),
+            ],
+        )
+        return cursor.fetchone() is not None
+
+
+def fill_nudge_started(insight_id: object) -> None:
+    """The nudged fill task starts: later nudges may enqueue another (it will see their work)."""
+    PendingFillNudge.objects.filter(insight_id=insight_id).delete()
 
 
 def _fill_nudges_after_fork() -> None:

@@ -26,7 +26,13 @@ State = AgendaProgress.State
 
 
 class AgendaFilterForm(forms.Form):
-    text = forms.CharField(required=False, label="Id or external id", max_length=255, strip=True)
+    text = forms.CharField(
+        required=False,
+        label="Id or external id",
+        max_length=255,
+        strip=True,
+        help_text="Exact: an id or its first 8+ characters, an external id, or a link id.",
+    )
     state = forms.ChoiceField(required=False, label="State")
     customer = forms.ChoiceField(required=False, label="Customer")
     template = forms.ChoiceField(required=False, label="Template")

@@ -5,11 +5,24 @@ from django.db import models
 from django.db.models import Q
 
 from agendas.action_models import AgendaActionJob
-from agendas.queue_models import CallbackDelivery, CustomerLane, QueuedAgenda, ReadyAgenda
+from agendas.queue_models import (
+    CallbackDelivery,
+    CustomerLane,
+    PendingFillNudge,
+    QueuedAgenda,
+    ReadyAgenda,
+)
 from core.models import OwnedModel
 
 # The queue, outbox and action-job models register with this app from their own module.
-__all__ = ["AgendaActionJob", "CallbackDelivery", "CustomerLane", "QueuedAgenda", "ReadyAgenda"]
+__all__ = [
+    "AgendaActionJob",
+    "CallbackDelivery",
+    "CustomerLane",
+    "PendingFillNudge",
+    "QueuedAgenda",
+    "ReadyAgenda",
+]
 
 
 class AgendaTemplate(OwnedModel):
@@ -153,6 +166,8 @@ class AgendaProgress(OwnedModel):
             models.Index(fields=["state", "run_after"], name="progress_state_run_after"),
             models.Index(fields=["customer", "state"], name="progress_customer_state"),
             models.Index(fields=["state", "completed_at"], name="progress_state_completed"),
+            # The progress list's default order, for a customer (staff read created_at's own).
+            models.Index(fields=["customer", "-created_at"], name="progress_customer_recent"),
         ]
         constraints = [
             models.CheckConstraint(
@@ -220,6 +235,14 @@ class OperationProgress(models.Model):
     class Meta:
         verbose_name_plural = "operation progress"
         ordering = ["agenda_progress_id", "position"]
+        # The operation list's default order (newest first, then position), for staff and for
+        # a customer: its first page reads 100 index entries, not every operation.
+        indexes = [
+            models.Index(fields=["-created_at", "position"], name="operation_recent"),
+            models.Index(
+                fields=["customer", "-created_at", "position"], name="operation_customer_recent"
+            ),
+        ]
         constraints = [
             models.UniqueConstraint(
                 fields=["agenda_progress", "name"], name="operation_name_per_agenda"
@@ -299,7 +322,16 @@ class Execution(models.Model):
                 condition=Q(outcome__isnull=True),
                 name="execution_open_start",
             ),
-            models.Index(fields=["insight", "ended_at"], name="execution_insight_ended"),
+            # What ended lately, per insight and per customer, by outcome (alert rule windows):
+            # counted from the index alone, without visiting the rows of a long history.
+            models.Index(
+                fields=["insight", "ended_at", "outcome"], name="execution_insight_window"
+            ),
+            models.Index(
+                fields=["customer", "ended_at", "outcome"], name="execution_customer_window"
+            ),
+            # Workers seen on an insight lately (the pools page): the last day's starts only.
+            models.Index(fields=["insight", "started_at"], name="execution_insight_started"),
             # What is running now, per customer (max_executing) and per insight
             # (execution_limit): counted by the fill and the waiting reason without reading the
             # finished executions of a long history.

@@ -70,6 +70,24 @@ class InsightScheduleInfo(models.Model):
         return f"schedule info of {self.insight_id}"
 
 
+class PendingFillNudge(models.Model):
+    """A fill task enqueued for an insight and not yet started: while it is here (and younger
+    than `agendas.fill_nudge.NUDGE_PENDING_SECONDS`), further nudges of that insight enqueue
+    nothing — the task to come sees their work. At most one waiting fill task per insight,
+    however long the cluster is away."""
+
+    insight = models.OneToOneField(
+        "resourcepools.Insight", on_delete=models.CASCADE, primary_key=True, related_name="+"
+    )
+    enqueued_at = models.DateTimeField()
+
+    class Meta:
+        db_table = "scheduling_pendingfillnudge"
+
+    def __str__(self) -> str:
+        return f"fill nudge of {self.insight_id} pending since {self.enqueued_at}"
+
+
 class CustomerLane(models.Model):
     """One customer's turn-keeping on one insight: how much service it has received, in the
     insight's algorithm's units (turns for round robin, turns ÷ weight for weighted fair,

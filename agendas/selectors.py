@@ -4,7 +4,7 @@ import re
 import uuid
 from collections.abc import Iterable
 
-from django.db.models import Count, Prefetch, Q, QuerySet
+from django.db.models import Count, Prefetch, Q, QuerySet, Sum
 
 from agendas.labels import labels_matching
 from agendas.models import (
@@ -76,42 +76,47 @@ def agenda_template_list(*, principal: Principal) -> QuerySet[AgendaTemplate]:
     return templates.filter(pk__in=visible)
 
 
-def progress_summary(*, principal: Principal, link_id: str) -> dict:
-    """docs/design.md §9: the combined state of every visible agenda sharing `link_id`."""
-    rows = list(
-        agenda_progress_list(principal=principal)
-        .filter(link_id=link_id)
-        .order_by("created_at")
-        .values("agenda_id", "state", "percent_complete")
-    )
-    counts = dict(
-        _scoped(AgendaProgress.objects.filter(link_id=link_id), principal)
-        .values_list("state")
-        .annotate(n=Count("pk"))
-        .values_list("state", "n")
-    )
-    if not rows:
+PROGRESS_SUMMARY_AGENDAS = 100
+
+
+def progress_summary(
+    *, principal: Principal, link_id: str, limit: int = PROGRESS_SUMMARY_AGENDAS, offset: int = 0
+) -> dict:
+    """docs/design.md §9: the combined state of every visible agenda sharing `link_id`, from
+    one aggregate (counts and percent by state), and a page of its agendas (`limit` from
+    `offset`, oldest first) — the answer's size does not grow with the group."""
+    visible = _scoped(AgendaProgress.objects.filter(link_id=link_id), principal)
+    by_state = {
+        row["state"]: row
+        for row in visible.order_by()
+        .values("state")
+        .annotate(n=Count("pk"), percent=Sum("percent_complete"))
+    }
+    counts = {state: row["n"] for state, row in by_state.items()}
+    total = sum(counts.values())
+    finished = sum(counts.get(state, 0) for state in TERMINAL)
+    if not total:
         summary_state, percent = "complete", 0.0
     elif counts.get(S.FAILED):
         summary_state, percent = "complete", 100.0
     else:
-        percent = min(100.0, sum(row["percent_complete"] for row in rows) / len(rows))
-        if counts.get(S.EXECUTING):
-            summary_state = "executing"
-        elif all(row["state"] in TERMINAL for row in rows):
-            summary_state = "complete"
-        elif any(row["state"] in TERMINAL for row in rows):
+        percent = min(100.0, sum(row["percent"] or 0.0 for row in by_state.values()) / total)
+        if counts.get(S.EXECUTING) or 0 < finished < total:
             summary_state = "executing"
         else:
-            summary_state = "waiting"
+            summary_state = "complete" if finished == total else "waiting"
+    page = visible.order_by("created_at", "pk").values("agenda_id", "state", "percent_complete")[
+        offset : offset + limit
+    ]
     return {
         "link_id": link_id,
         "processing_state": summary_state,
         "percent_complete": round(percent, 2),
         "counts": counts,
+        "total": total,
         "agendas": [
             {"id": row["agenda_id"], "state": row["state"], "percent": row["percent_complete"]}
-            for row in rows
+            for row in page
         ],
     }
 
@@ -145,13 +150,19 @@ def agenda_search(
     agendas = labels_matching(agendas, labels)
     text = text.strip()
     if text:
+        # Exact matches only, each served by an index: an id, an id prefix (the pages show
+        # ids cut to 8 characters) as a range of the primary key, an external id, a link id.
+        # A substring search would read every agenda of the history.
         try:
             agendas = agendas.filter(Q(pk=uuid.UUID(text)) | Q(external_id=text))
         except ValueError:
-            matches = Q(external_id__icontains=text)
-            if ID_PREFIX.fullmatch(text):
-                # The pages show ids shortened to their first 8 characters.
-                matches |= Q(pk__startswith=text.lower())
+            matches = Q(external_id=text) | Q(link_id=text)
+            digits = text.replace("-", "").lower()
+            if ID_PREFIX.fullmatch(text) and len(digits) <= 32:
+                matches |= Q(
+                    pk__gte=uuid.UUID(digits.ljust(32, "0")),
+                    pk__lte=uuid.UUID(digits.ljust(32, "f")),
+                )
             agendas = agendas.filter(matches)
     return agendas.order_by("-created_at")
 

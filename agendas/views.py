@@ -289,8 +289,12 @@ def progress(request: HttpRequest) -> HttpResponse:
             for error in form.errors["link_id"]:
                 messages.error(request, f"Link id: {error}")
             link_id, status = "", 400
-    summary = progress_summary(principal=request.user, link_id=link_id) if link_id else None
-    if summary is not None and not summary["agendas"]:
+    summary = (
+        progress_summary(principal=request.user, link_id=link_id, limit=PROGRESS_AGENDAS_SHOWN)
+        if link_id
+        else None
+    )
+    if summary is not None and not summary["total"]:
         summary, status = None, 404  # none visible: not "complete at 0 %"
     counts = []
     if summary:
@@ -304,7 +308,7 @@ def progress(request: HttpRequest) -> HttpResponse:
         "link_id": link_id,
         "summary": summary,
         "counts": counts,
-        "agendas": summary["agendas"][:PROGRESS_AGENDAS_SHOWN] if summary else [],
+        "agendas": summary["agendas"] if summary else [],
         "shown": PROGRESS_AGENDAS_SHOWN,
         "agendas_url": f"{reverse('pages:agendas')}?{urlencode({'link_id': link_id})}",
     }

@@ -42,6 +42,8 @@ PHASES = {
     "fair_share": "bench.fair_share",
     "fairness": "bench.fairness",
     "rate": "bench.rate_limit",
+    "reap": "bench.reap",
+    "alerts": "bench.alerts",
 }
 NEEDS_TEMPLATE = {
     "engine",
@@ -53,6 +55,8 @@ NEEDS_TEMPLATE = {
     "fair_share",
     "fairness",
     "rate",
+    "reap",
+    "alerts",
 }
 RESULTS = ROOT / "bench" / "RESULTS.md"
 BEGIN, END = "<!-- bench:begin -->", "<!-- bench:end -->"

@@ -1,19 +1,103 @@
-"""API pagination (docs/design.md §10): `?limit=&offset=`, default 100, max 1000.
+"""API pagination (docs/design.md §10.4): `?limit=&offset=` for the first pages (default 100,
+max 1000, offsets up to `MAX_OFFSET`), and keyset pages for everything deeper: `?cursor=`
+(empty to start) then follow `next`.
+
+An offset page costs what it skips: PostgreSQL reads and throws away `offset` rows, so a deep
+offset on a year of history takes seconds. A cursor page reads from where the last one ended,
+by the list's ordering index, whatever its depth; it also never shows a row twice or skips one
+while rows are added in front. Offset pages still answer `count`; cursor pages do not (a count
+of a long history is itself a scan).
 
 Kept apart from core/api.py on purpose: DRF imports DEFAULT_PAGINATION_CLASS while
 `rest_framework.generics` is still initialising, so this module must not import anything
 that needs generics (viewsets, drf-spectacular's AutoSchema).
 """
 
-from rest_framework.pagination import LimitOffsetPagination
+from typing import Any
+
+from rest_framework.exceptions import ValidationError
+from rest_framework.pagination import CursorPagination, LimitOffsetPagination
 from rest_framework.request import Request
+from rest_framework.response import Response
+
+MAX_OFFSET = 10_000
+
+
+class _KeysetPages(CursorPagination):
+    """DRF's cursor pagination, sized by `limit`, ordered as the list is (its `ordering`)."""
+
+    page_size = 100
+    page_size_query_param = "limit"
+    max_page_size = 1000
+    ordering = "-created_at"
+
+    def get_ordering(self, request: Request, queryset: Any, view: Any) -> tuple[str, ...]:
+        ordering = super().get_ordering(request, queryset, view)
+        if "__" in ordering[0]:
+            raise ValidationError(
+                {"cursor": ["This list is ordered by a related field: page it with offset."]}
+            )
+        return ordering
 
 
 class Pagination(LimitOffsetPagination):
     default_limit = 100
     max_limit = 1000
-    #: PostgreSQL's OFFSET is a bigint; a larger `?offset=` would be a database error (500).
-    max_offset = 2**62
+    cursor_query_param = "cursor"
+
+    def paginate_queryset(self, queryset: Any, request: Request, view: Any = None) -> Any:
+        self._keyset = None
+        if self.cursor_query_param in request.query_params:
+            self._keyset = _KeysetPages()
+            try:
+                return self._keyset.paginate_queryset(queryset, request, view)
+            except Exception as error:  # DRF answers a bad cursor with NotFound("Invalid cursor")
+                if getattr(error, "status_code", None) == 404:
+                    raise ValidationError(
+                        {"cursor": ["Not a cursor this API gave out."]}
+                    ) from error
+                raise
+        return super().paginate_queryset(queryset, request, view)
 
     def get_offset(self, request: Request) -> int:
-        return min(super().get_offset(request), self.max_offset)
+        offset = super().get_offset(request)
+        if offset > MAX_OFFSET:
+            raise ValidationError(
+                {
+                    "offset": [
+                        f"Offsets above {MAX_OFFSET} are not served: page deep with ?cursor= "
+                        "(empty to start) and follow `next`."
+                    ]
+                }
+            )
+        return offset
+
+    def get_next_link(self) -> str | None:
+        link = super().get_next_link()
+        if link is None or self.offset + self.limit <= MAX_OFFSET:
+            return link
+        return None  # past the cap: the client goes on with a cursor
+
+    def get_paginated_response(self, data: Any) -> Response:
+        if self._keyset is not None:
+            return self._keyset.get_paginated_response(data)
+        return super().get_paginated_response(data)
+
+    def get_paginated_response_schema(self, schema: dict) -> dict:
+        answer = super().get_paginated_response_schema(schema)
+        answer["required"] = ["results"]  # a cursor page has no count
+        return answer
+
+    def get_schema_operation_parameters(self, view: Any) -> list[dict]:
+        return [
+            *super().get_schema_operation_parameters(view),
+            {
+                "name": self.cursor_query_param,
+                "required": False,
+                "in": "query",
+                "description": "Keyset paging: give it empty to start, then follow `next` "
+                "(no `count`). Reads by index at any depth; offsets stop at "
+                f"{MAX_OFFSET}.",
+                "schema": {"type": "string"},
+            },
+        ]

@@ -1,6 +1,6 @@
 from django.contrib import admin
 
-from core.admin import OwnedRowAdmin
+from core.admin import CustomerFilter, OwnedRowAdmin, exact_filter
 from resourcepools.models import Customer, Insight, Membership, ResourcePool
 
 
@@ -31,7 +31,7 @@ class CustomerAdmin(OwnedRowAdmin):
 @admin.register(Membership)
 class MembershipAdmin(admin.ModelAdmin):
     list_display = ["user", "customer", "role", "created_at"]
-    list_filter = ["role", "customer"]
+    list_filter = ["role", CustomerFilter]
     search_fields = ["user__username", "customer__name", "customer__slug"]
     autocomplete_fields = ["user", "customer"]
 
@@ -58,8 +58,10 @@ class InsightInline(admin.StackedInline):
 @admin.register(ResourcePool)
 class ResourcePoolAdmin(OwnedRowAdmin):
     list_display = ["name", "owner", "created_at"]
-    list_filter = ["owner"]
+    # A text box, not a link per customer (core.admin.ExactFilter).
+    list_filter = [exact_filter("owner", "owner__slug", "owner__id", placeholder="slug or id")]
     search_fields = ["name", "description", "link_id"]
+    autocomplete_fields = ["owner"]
     inlines = [InsightInline]
 
 

@@ -7,7 +7,8 @@ from django.db.models import QuerySet
 from django.forms.models import construct_instance
 from django.http import HttpRequest
 
-from core.admin import OwnedRowAdmin
+from agendas.models import AgendaProgress
+from core.admin import BigTableAdmin, CustomerFilter, InsightFilter, OwnedRowAdmin
 from resourcepools.admin import InsightAdmin as BaseInsightAdmin
 from resourcepools.models import Insight
 from scheduling.fill import insight_fill
@@ -34,19 +35,27 @@ class ReadOnlyAdmin(admin.ModelAdmin):
         return False
 
 
+class BigReadOnlyAdmin(ReadOnlyAdmin, BigTableAdmin):
+    """Read-only, over a table that grows with the backlog or the history (core.admin)."""
+
+
 @admin.register(ReadyAgenda)
-class ReadyAgendaAdmin(ReadOnlyAdmin):
+class ReadyAgendaAdmin(BigReadOnlyAdmin):
     list_display = ["agenda_id", "insight", "customer", "priority", "added_at"]
-    list_filter = ["insight", "customer"]
-    search_fields = ["=agenda__id"]
+    list_filter = [InsightFilter, CustomerFilter]
+    search_fields = ["agenda__id"]
+    search_help_text = "The agenda's id (or its first 8+ digits), exactly."
+    sortable_by = ["agenda_id"]
     list_select_related = ["insight", "customer"]
 
 
 @admin.register(QueuedAgenda)
-class QueuedAgendaAdmin(ReadOnlyAdmin):
+class QueuedAgendaAdmin(BigReadOnlyAdmin):
     list_display = ["agenda_id", "insight", "customer", "position", "queued_at"]
-    list_filter = ["insight", "customer"]
-    search_fields = ["=agenda__id"]
+    list_filter = [InsightFilter, CustomerFilter]
+    search_fields = ["agenda__id"]
+    search_help_text = "The agenda's id (or its first 8+ digits), exactly."
+    sortable_by = ["agenda_id"]
     list_select_related = ["insight", "customer"]
 
 
@@ -119,32 +128,51 @@ class ScheduleAdminForm(forms.ModelForm):
 class ScheduleAdmin(OwnedRowAdmin):
     form = ScheduleAdminForm
     list_display = ["name", "customer", "template", "cron", "timezone", "state", "next_run_at"]
-    list_filter = ["state", "customer", "catch_up", "overlap"]
+    list_filter = ["state", CustomerFilter, "catch_up", "overlap"]
     search_fields = ["name", "cron", "link_id"]
+    autocomplete_fields = ["customer"]
     readonly_fields = ["next_run_at", "last_run_at", "state"]
 
     def save_model(self, request, obj: Schedule, form, change: bool) -> None:
         schedule_save_checked(obj)  # replans next_run_at from the (new) cron, zone and start
 
 
+class EventFilter(admin.SimpleListFilter):
+    """The agenda states a callback can announce, as links (no `SELECT DISTINCT event`)."""
+
+    title = "event"
+    parameter_name = "event"
+
+    def lookups(self, request: HttpRequest, model_admin: admin.ModelAdmin) -> list[tuple]:
+        return list(AgendaProgress.State.choices)
+
+    def queryset(self, request: HttpRequest, queryset: QuerySet) -> QuerySet:
+        return queryset.filter(event=self.value()) if self.value() else queryset
+
+
 @admin.register(CallbackDelivery)
-class CallbackDeliveryAdmin(ReadOnlyAdmin):
+class CallbackDeliveryAdmin(BigReadOnlyAdmin):
     list_display = ["id", "agenda_id", "event", "status", "attempts", "last_status_code", "url"]
-    list_filter = ["status", "event", "customer"]
-    search_fields = ["=agenda__id", "url", "link_id"]
+    list_filter = ["status", EventFilter, CustomerFilter]
+    search_fields = ["agenda__id", "id", "link_id"]
+    search_help_text = (
+        "The agenda's id (or its first 8+ digits), the delivery's number or its link id, exactly."
+    )
+    sortable_by = ["id", "agenda_id"]
 
 
 @admin.register(AlertRule)
 class AlertRuleAdmin(OwnedRowAdmin):
     list_display = ["name", "kind", "customer", "insight", "threshold", "is_enabled"]
-    list_filter = ["kind", "is_enabled", "customer"]
+    list_filter = ["kind", "is_enabled", CustomerFilter]
     search_fields = ["name"]
+    autocomplete_fields = ["customer"]
 
 
 @admin.register(Alert)
 class AlertAdmin(ReadOnlyAdmin):
     list_display = ["rule", "customer", "state", "value", "opened_at", "resolved_at"]
-    list_filter = ["state", "customer"]
+    list_filter = ["state", CustomerFilter]
     search_fields = ["rule__name", "message"]
 
 

@@ -164,26 +164,52 @@ class PoolDetail:
 def workers_seen(
     *, insight_ids: list[object], now: datetime | None = None
 ) -> dict[object, list[WorkerSeen]]:
-    """Per insight, the workers with an open execution or one started in the last 24 hours."""
+    """Per insight, the workers with an open execution or one started in the last 24 hours.
+
+    Two grouped reads, each by an index — the last day's starts (`execution_insight_started`)
+    and the older executions still open (`execution_open_insight`) — never the insight's whole
+    history (an `OR` of the two conditions read every execution of the insight)."""
     since = (now or timezone.now()) - WORKERS_SEEN_WINDOW
-    seen: dict[object, list[WorkerSeen]] = {}
-    for row in (
-        Execution.objects.filter(insight_id__in=insight_ids)
-        .filter(Q(started_at__gte=since) | Q(outcome__isnull=True))
-        .values("insight_id", "worker")
+    grouped = ("insight_id", "worker")
+    totals: dict[tuple, dict] = {}
+    recent = (
+        Execution.objects.filter(insight_id__in=insight_ids, started_at__gte=since)
+        .values(*grouped)
         .annotate(
             last_seen_at=Max(Coalesce("last_report_at", "started_at")),
             executing=Count("pk", filter=Q(outcome__isnull=True)),
             executions=Count("pk"),
         )
-        .order_by("-last_seen_at")
+        .order_by()
+    )
+    still_open = (
+        Execution.objects.filter(
+            insight_id__in=insight_ids, outcome__isnull=True, started_at__lt=since
+        )
+        .values(*grouped)
+        .annotate(
+            last_seen_at=Max(Coalesce("last_report_at", "started_at")),
+            executing=Count("pk"),
+            executions=Count("pk"),
+        )
+        .order_by()
+    )
+    for row in [*recent, *still_open]:
+        key = (row["insight_id"], row["worker"])
+        total = totals.setdefault(key, {"last_seen_at": row["last_seen_at"], "n": 0, "open": 0})
+        total["last_seen_at"] = max(total["last_seen_at"], row["last_seen_at"])
+        total["n"] += row["executions"]
+        total["open"] += row["executing"]
+    seen: dict[object, list[WorkerSeen]] = {}
+    for (insight_id, worker), total in sorted(
+        totals.items(), key=lambda item: item[1]["last_seen_at"], reverse=True
     ):
-        seen.setdefault(row["insight_id"], []).append(
+        seen.setdefault(insight_id, []).append(
             WorkerSeen(
-                name=row["worker"] or "(unnamed)",
-                last_seen_at=row["last_seen_at"],
-                executing=row["executing"],
-                executions=row["executions"],
+                name=worker or "(unnamed)",
+                last_seen_at=total["last_seen_at"],
+                executing=total["open"],
+                executions=total["n"],
             )
         )
     return seen

@@ -6,12 +6,13 @@ import logging
 import time
 
 from django.conf import settings
-from django.db import close_old_connections, connection
+from django.db import InterfaceError, OperationalError, close_old_connections, connection
 from django.utils.module_loading import import_string
 from django_q.models import Schedule as QSchedule
 from django_q.tasks import async_task
 
 from agendas.bulk_actions import agenda_action_job_running, agenda_action_jobs_run
+from agendas.fill_nudge import fill_nudge_started
 from scheduling import fill as fill_service
 from scheduling import timed as timed_service
 from scheduling.alerts import alerts_evaluate
@@ -27,6 +28,7 @@ ACTIONS_TASK_SECONDS = 120.0
 
 def insight_fill(insight_id: str) -> int:
     """Fill one insight's queue (the on-commit nudge of docs/design.md §6.2)."""
+    fill_nudge_started(insight_id)
     return fill_service.insight_fill(insight_id=insight_id).moved
 
 
@@ -113,15 +115,15 @@ def ticker(generation: str | None = None, due: dict[str, float] | None = None) -
     one chain runs at a time and a dead chain is replaced within a minute or so. Short links
     keep a cluster's shutdown quick (workers finish their task before the cluster exits).
     """
-    current = ticker_generation()
+    link_seconds = float(getattr(settings, "POP_TICKER_LINK_SECONDS", 10.0))
+    ends = time.time() + link_seconds
+    current = _through_outages(ticker_generation, until=ends)
     if generation is None:
         generation = current
-    elif generation != current:
+    elif current is not None and generation != current:
         return "superseded"
-    link_seconds = float(getattr(settings, "POP_TICKER_LINK_SECONDS", 10.0))
     entries = ticked()
     due = dict(due or {})
-    ends = time.time() + link_seconds
     while True:
         if not connection.in_atomic_block:
             close_old_connections()  # honour CONN_MAX_AGE and drop broken connections
@@ -134,10 +136,41 @@ def ticker(generation: str | None = None, due: dict[str, float] | None = None) -
             break
         wake = min([*(due.get(entry.name, 0.0) for entry in entries), ends])
         time.sleep(max(0.0, min(wake - time.time(), ends - time.time())))
-        if ticker_generation() != generation:
+        current = _through_outages(ticker_generation, until=ends)
+        if current is not None and current != generation:
             return "superseded"
-    async_task(TICKER_FUNC, generation, due, group=TICKER_NAME)
-    return "renewed"
+    # The next link must be enqueued whatever the database just went through: a chain that
+    # ends here stops promote, reclaim and the fills until the minute schedule restarts one.
+    enqueued = _through_outages(
+        lambda: async_task(TICKER_FUNC, generation, due, group=TICKER_NAME) or True,
+        until=time.time() + TICKER_ENQUEUE_SECONDS,
+    )
+    return "renewed" if enqueued else "broken"
+
+
+# How long a link keeps trying to enqueue the next one through a database outage (well inside
+# TICKER_MAX_SECONDS); after that the minute schedule starts a new chain.
+TICKER_ENQUEUE_SECONDS = 60.0
+OUTAGE_BACKOFF_SECONDS = (0.25, 0.5, 1.0, 2.0)
+
+
+def _through_outages(call, *, until: float):
+    """`call()`, retried through database outages (connection refused, restart, "too many
+    clients") with a short backoff until `until`; None if it never got through."""
+    attempt = 0
+    while True:
+        try:
+            return call()
+        except (OperationalError, InterfaceError) as error:
+            if time.time() >= until:
+                logger.error("ticker: the database stayed unreachable (%s)", error)
+                return None
+            delay = OUTAGE_BACKOFF_SECONDS[min(attempt, len(OUTAGE_BACKOFF_SECONDS) - 1)]
+            logger.warning("ticker: database unreachable (%s); retrying in %.2f s", error, delay)
+            if not connection.in_atomic_block:
+                connection.close()  # a broken connection is opened afresh next time
+            time.sleep(min(delay, max(0.0, until - time.time())))
+            attempt += 1
 
 
 def _run(name: str, func: str, mode: str) -> None:

@@ -6,7 +6,8 @@ import logging
 from datetime import datetime, timedelta
 
 from django.conf import settings
-from django.db import transaction
+from django.db import connection, transaction
+from django.db.models import Min, Q
 from django.utils import timezone
 
 from agendas import states
@@ -160,31 +161,68 @@ def audit_events_reap(*, now: datetime | None = None) -> int:
     return removed
 
 
+REAP_BATCH_MAX = 1000
+
+
 def agendas_reap(*, now: datetime | None = None, batch_size: int | None = None) -> int:
-    """Delete terminal agendas older than their customer's `data_ttl_days`, with progress,
-    operations, executions and callback rows, in batches of ≤ batch_size; never a
-    non-terminal agenda. Locks each batch's progress rows (SKIP LOCKED) before deleting."""
+    """Delete terminal agendas older than their customer's `data_ttl_days`, with every row that
+    depends on them, in batches of ≤ batch_size (POP_REAP_BATCH_SIZE, at most REAP_BATCH_MAX),
+    one transaction each; never a non-terminal agenda. Return how many went.
+
+    Set-based on PostgreSQL (docs/design.md §8.5): a batch is one statement whatever its size
+    — it picks the batch over every customer at once, locks its progress rows (SKIP LOCKED: an
+    agenda being rerun is left for the next reap) and deletes the rows of every table under
+    them. Nothing expired costs two short queries, whatever the number of customers."""
     now = now or timezone.now()
-    batch_size = min(batch_size or int(getattr(settings, "POP_REAP_BATCH_SIZE", 1000)), 1000)
-    reaped = 0
-    for customer_id, ttl_days in Customer.objects.values_list("pk", "data_ttl_days"):
-        cutoff = now - timedelta(days=ttl_days)
-        while True:
-            with transaction.atomic():
-                agenda_ids = list(
-                    AgendaProgress.objects.select_for_update(skip_locked=True)
-                    .filter(customer_id=customer_id, state__in=TERMINAL, completed_at__lt=cutoff)
-                    .values_list("agenda_id", flat=True)[:batch_size]
-                )
-                if agenda_ids:
-                    Agenda.objects.filter(
-                        pk__in=agenda_ids,
-                        progress__state__in=TERMINAL,
-                        progress__completed_at__lt=cutoff,
-                    ).delete()
-            reaped += len(agenda_ids)
-            if len(agenda_ids) < batch_size:
-                break
+    setting = int(getattr(settings, "POP_REAP_BATCH_SIZE", 1000))
+    batch_size = max(1, min(batch_size or setting, REAP_BATCH_MAX))
+    if connection.vendor == "postgresql":
+        reaped = _reap_sql(now=now, batch_size=batch_size)
+    else:
+        reaped = _reap_orm(now=now, batch_size=batch_size)
     if reaped:
         logger.info("reaped %d terminal agenda(s)", reaped)
     return reaped
+
+
+def _reap_sql(*, now: datetime, batch_size: int) -> int:
+    """PostgreSQL: one statement a batch (`states.agendas_reap_batch`), each its own
+    transaction; the next batch goes on from where the last one's rows ended."""
+    shortest = Customer.objects.aggregate(shortest=Min("data_ttl_days"))["shortest"]
+    if shortest is None:
+        return 0
+    bound = now - timedelta(days=shortest)
+    after = ("", now)  # before every row: "" sorts before every state
+    reaped = 0
+    while True:
+        with transaction.atomic(savepoint=False):
+            count, after = states.agendas_reap_batch(
+                now=now, bound=bound, after=after, limit=batch_size
+            )
+        reaped += count
+        if count < batch_size:
+            return reaped
+
+
+def _reap_orm(*, now: datetime, batch_size: int) -> int:
+    """Any database (the SQLite demo): per batch, one query over every customer — one
+    condition per distinct TTL — then Django's collector deletes the batch."""
+    ttls = list(Customer.objects.order_by().values_list("data_ttl_days", flat=True).distinct())
+    if not ttls:
+        return 0
+    expired = Q()
+    for ttl in ttls:
+        expired |= Q(customer__data_ttl_days=ttl, completed_at__lt=now - timedelta(days=ttl))
+    reaped = 0
+    while True:
+        with transaction.atomic(savepoint=False):
+            ids = list(
+                AgendaProgress.objects.select_for_update(skip_locked=True, of=("self",))
+                .filter(expired, state__in=TERMINAL)
+                .values_list("agenda_id", flat=True)[:batch_size]
+            )
+            if ids:
+                Agenda.objects.filter(pk__in=ids).delete()
+        reaped += len(ids)
+        if len(ids) < batch_size:
+            return reaped

@@ -24,6 +24,7 @@ class AgendaProgressFilter(OwnedRowFilter):
     agenda = django_filters.UUIDFilter(field_name="agenda_id", help_text="Agenda id.")
     state = django_filters.MultipleChoiceFilter(
         choices=AgendaState.choices,
+        distinct=False,  # no join to many: DISTINCT would only cost a sort of every row
         help_text="Only progress in these states (repeat the parameter for several).",
     )
     insight = django_filters.UUIDFilter(field_name="agenda__insight_id", help_text="Insight id.")
@@ -44,6 +45,7 @@ class OperationProgressFilter(OwnedRowFilter):
     )
     state = django_filters.MultipleChoiceFilter(
         choices=OperationState.choices,
+        distinct=False,  # no join to many: DISTINCT would only cost a sort of every row
         help_text="Only operations in these states (repeat the parameter for several).",
     )
     name = django_filters.CharFilter(help_text="Exact operation name.")

@@ -134,6 +134,15 @@ class TemplatePreviewSerializer(serializers.Serializer):
 
 class ProgressSummaryQuerySerializer(serializers.Serializer):
     link_id = serializers.CharField(max_length=255, help_text="The grouping key to summarise.")
+    limit = serializers.IntegerField(
+        min_value=1,
+        max_value=1000,
+        default=100,
+        help_text="Agendas listed (the summary counts all).",
+    )
+    offset = serializers.IntegerField(
+        min_value=0, max_value=10_000_000, default=0, help_text="Agendas skipped, oldest first."
+    )
 
 
 # --- output --------------------------------------------------------------------------------
@@ -447,4 +456,7 @@ class ProgressSummarySerializer(serializers.Serializer):
     counts = serializers.DictField(
         child=serializers.IntegerField(), help_text="Number of agendas per state."
     )
-    agendas = ProgressSummaryAgendaSerializer(many=True)
+    total = serializers.IntegerField(help_text="Agendas in the group (all of them).")
+    agendas = ProgressSummaryAgendaSerializer(
+        many=True, help_text="A page of the group's agendas, oldest first (`limit`, `offset`)."
+    )

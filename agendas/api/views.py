@@ -264,8 +264,13 @@ class ProgressSummaryView(PopAPIView):
         query = ProgressSummaryQuerySerializer(data=request.query_params)
         query.is_valid(raise_exception=True)
         link_id = query.validated_data["link_id"]
-        summary = progress_summary(principal=request.user, link_id=link_id)
-        if not summary["agendas"]:
+        summary = progress_summary(
+            principal=request.user,
+            link_id=link_id,
+            limit=query.validated_data["limit"],
+            offset=query.validated_data["offset"],
+        )
+        if not summary["total"]:
             # Unknown, or only another customer's: a 404 either way, never "complete at 0 %".
             raise Http404(f"No visible agendas with link id {link_id!r}.")
         return Response(ProgressSummarySerializer(summary).data)

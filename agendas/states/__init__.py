@@ -10,7 +10,8 @@ state.
 - `claim`: the pull's claim of queued agendas;
 - `bulk`: set-based forms of those writes for the hot paths (fill, promote, batch report);
 - `callback_outbox`: the callback outbox row a state change writes;
-- `lanes`: the customer lanes kept in step with the ready set, and fair share's charges.
+- `lanes`: the customer lanes kept in step with the ready set, and fair share's charges;
+- `reap`: the reaper's one-statement delete of a batch of expired agendas.
 
 Callers import from `agendas.states`; fill nudges are `agendas.fill_nudge`.
 """
@@ -62,6 +63,7 @@ from agendas.states.machine import (
     retry_delay,
     transition,
 )
+from agendas.states.reap import agendas_reap_batch
 from core.errors import InvalidTransition
 
 __all__ = [
@@ -76,6 +78,7 @@ __all__ = [
     "S",
     "TERMINAL",
     "WAITING",
+    "agendas_reap_batch",
     "callback_enqueue",
     "check_transition",
     "diagnostic",

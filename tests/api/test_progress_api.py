@@ -111,3 +111,16 @@ def test_progress_summary_without_link_id_is_400(client):
 
 def test_progress_summary_needs_credentials():
     assert APIClient().get("/api/v1/progress-summary/", {"link_id": "x"}).status_code == 401
+
+
+def test_progress_summary_pages_its_agendas_and_counts_them_all(client, submitter, submit_agenda):
+    agendas = [submit_agenda(submitter, link_id="big-show") for _ in range(7)]
+
+    first = client.get("/api/v1/progress-summary/?link_id=big-show&limit=3").json()
+    last = client.get("/api/v1/progress-summary/?link_id=big-show&limit=3&offset=6").json()
+
+    assert first["total"] == last["total"] == 7
+    assert first["counts"] == {"ready": 7}
+    assert [row["id"] for row in first["agendas"]] == [str(a.pk) for a in agendas[:3]]
+    assert [row["id"] for row in last["agendas"]] == [str(agendas[6].pk)]
+    assert client.get("/api/v1/progress-summary/?link_id=big-show&limit=5000").status_code == 400

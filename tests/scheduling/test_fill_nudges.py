@@ -97,3 +97,55 @@ def test_a_pull_that_leaves_the_queue_under_half_full_nudges(
 
     assert QueuedAgenda.objects.count() == 4
     assert AgendaProgress.objects.filter(state__in=["ready"]).count() == 1
+
+
+def test_nudges_wait_as_one_task_per_insight_while_the_cluster_is_away(
+    settings, submitter, submit_agenda, insight, django_capture_on_commit_callbacks
+):
+    settings.POP_FILL_NUDGE = "async"
+    settings.POP_FILL_NUDGE_MIN_INTERVAL = 0  # no per-process throttle: only the coalescing
+
+    with django_capture_on_commit_callbacks(execute=True):
+        for _ in range(20):
+            submit_agenda(submitter)
+
+    assert OrmQ.objects.count() == 1
+
+
+def test_a_started_fill_task_lets_the_next_nudge_enqueue_again(
+    settings, submitter, submit_agenda, insight, django_capture_on_commit_callbacks
+):
+    from scheduling.tasks import insight_fill as insight_fill_task
+
+    settings.POP_FILL_NUDGE = "async"
+    settings.POP_FILL_NUDGE_MIN_INTERVAL = 0
+    with django_capture_on_commit_callbacks(execute=True):
+        submit_agenda(submitter)
+    insight_fill_task(str(insight.pk))  # what the cluster runs
+
+    with django_capture_on_commit_callbacks(execute=True):
+        submit_agenda(submitter)
+
+    assert OrmQ.objects.count() == 2
+
+
+def test_a_pending_nudge_too_old_to_trust_no_longer_holds_others_back(
+    settings, submitter, submit_agenda, insight, django_capture_on_commit_callbacks
+):
+    from datetime import timedelta
+
+    from django.utils import timezone
+
+    from agendas.models import PendingFillNudge
+
+    settings.POP_FILL_NUDGE = "async"
+    settings.POP_FILL_NUDGE_MIN_INTERVAL = 0
+    PendingFillNudge.objects.create(
+        insight=insight,
+        enqueued_at=timezone.now() - timedelta(seconds=fill_nudge.NUDGE_PENDING_SECONDS + 1),
+    )
+
+    with django_capture_on_commit_callbacks(execute=True):
+        submit_agenda(submitter)
+
+    assert OrmQ.objects.count() == 1

@@ -19,6 +19,14 @@ pytestmark = pytest.mark.django_db
 
 
 @pytest.fixture(autouse=True)
+def _cluster_takes_every_task_at_once(monkeypatch):
+    # These tests count the tasks the trailing nudges enqueue; a cluster that starts each task
+    # at once never has one waiting, so cross-process coalescing (test_fill_nudges.py) never
+    # holds one back.
+    monkeypatch.setattr(fill_nudge, "_nudge_pending_claim", lambda insight_id: True)
+
+
+@pytest.fixture(autouse=True)
 def _fresh_nudges():
     fill_nudge.fill_nudges_cancel()
     yield

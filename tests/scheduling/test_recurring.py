@@ -123,3 +123,67 @@ def test_the_periodic_fill_goes_on_past_an_insight_that_fails(
 
     assert tasks.fill() == 1
     assert f"fill of insight {insight.pk} failed" in caplog.text
+
+
+def _failing_first(times: int, result):
+    """A callable that raises OperationalError `times` times, then answers `result()`."""
+    from django.db import OperationalError
+
+    calls = []
+
+    def call(*args, **kwargs):
+        calls.append(1)
+        if len(calls) <= times:
+            raise OperationalError("the database system is starting up")
+        return result(*args, **kwargs)
+
+    call.calls = calls
+    return call
+
+
+def test_a_database_outage_does_not_end_the_ticker_chain(settings, monkeypatch):
+    settings.POP_TICKER_LINK_SECONDS = 0.3
+    call_command("pop_schedules", "--no-start-ticker", stdout=open("/dev/null", "w"))
+    monkeypatch.setattr(tasks, "OUTAGE_BACKOFF_SECONDS", (0.01,))
+    generation = tasks.ticker_generation()
+    flaky_generation = _failing_first(2, tasks.ticker_generation)
+    flaky_enqueue = _failing_first(3, tasks.async_task)
+    monkeypatch.setattr(tasks, "ticker_generation", flaky_generation)
+    monkeypatch.setattr(tasks, "async_task", flaky_enqueue)
+
+    assert tasks.ticker(generation=generation) == "renewed"
+
+    assert len(flaky_generation.calls) >= 3 and len(flaky_enqueue.calls) >= 4
+    links = [task.task for task in OrmQ.objects.all() if task.task["func"] == TICKER_FUNC]
+    assert [link["args"][0] for link in links] == [generation]  # the chain goes on, once
+
+
+def test_a_ticker_that_cannot_reach_the_database_in_time_says_it_broke(settings, monkeypatch):
+    settings.POP_TICKER_LINK_SECONDS = 0.05
+    monkeypatch.setattr(tasks, "OUTAGE_BACKOFF_SECONDS", (0.01,))
+    monkeypatch.setattr(tasks, "TICKER_ENQUEUE_SECONDS", 0.1)
+    call_command("pop_schedules", "--no-start-ticker", stdout=open("/dev/null", "w"))
+    monkeypatch.setattr(tasks, "async_task", _failing_first(10**6, lambda *a, **k: None))
+
+    assert tasks.ticker(generation=tasks.ticker_generation()) == "broken"
+
+
+def test_the_task_queue_answers_nothing_during_an_outage_instead_of_stopping_for_10_s(
+    monkeypatch,
+):
+    import time
+
+    from django.db import OperationalError
+    from django_q.brokers.orm import ORM
+
+    from scheduling import q_broker
+
+    def down(self):
+        raise OperationalError("connection refused")
+
+    monkeypatch.setattr(ORM, "dequeue", down)
+    monkeypatch.setattr(q_broker, "RETRY_SECONDS", 0.05)
+    started = time.monotonic()
+
+    assert q_broker.OutageTolerantORM(list_key="pop").dequeue() is None
+    assert time.monotonic() - started < 1.0
