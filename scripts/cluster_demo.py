@@ -157,6 +157,8 @@ def run(*, agendas: int, customers: int, timeout: float, dbname: str, keep: bool
         import threading
 
         failures: list[BaseException] = []
+        peak = ConnectionPeak(dbname)
+        peak.start()
 
         def submit_all() -> None:
             try:
@@ -192,7 +194,22 @@ def run(*, agendas: int, customers: int, timeout: float, dbname: str, keep: bool
         say(f"{succeeded} of {agendas} succeeded after {time.monotonic() - started:.0f} s")
         for name in ("worker1", "worker2", "worker3", "worker4"):
             processes[name].stop(timeout=10)
+        peak.stop()
         summary = verify(dbname, runlog, agendas, killed, pulled_twice, state_counts)
+        # docs/deploy.md's connection budget for this topology, against what was seen.
+        budget = connection_budget(
+            web_nodes=len(ports),
+            gunicorn_workers=2,
+            threads=servers.GUNICORN_THREADS,
+            clusters=2,
+            q_workers=int(env["POP_Q_WORKERS"]),
+        )
+        summary["connections"] = {"peak": peak.value, "budget": budget}
+        if peak.value > budget:
+            summary["problems"].append(
+                f"{peak.value} connections at the peak, over the documented budget of {budget}"
+            )
+            summary["ok"] = False
         if failures:
             summary["problems"].append(f"submitting failed: {failures[0]!r}")
             summary["ok"] = False
@@ -278,6 +295,46 @@ def busiest_worker(dbname: str) -> str | None:
             "ORDER BY count(*) DESC LIMIT 1"
         ).fetchone()
     return row[0] if row else None
+
+
+def connection_budget(
+    *, web_nodes: int, gunicorn_workers: int, threads: int, clusters: int, q_workers: int
+) -> int:
+    """docs/deploy.md, "Connection budget": each gunicorn worker process holds at most one
+    connection per thread plus one for its fill-nudge thread; each cluster one per task worker
+    process plus one for that worker's fill-nudge thread, and three for its sentinel, pusher
+    and monitor."""
+    return web_nodes * gunicorn_workers * (threads + 1) + clusters * (2 * q_workers + 3)
+
+
+class ConnectionPeak:
+    """The most connections to `dbname` seen at once (pg_stat_activity, every 0.2 s)."""
+
+    def __init__(self, dbname: str) -> None:
+        import threading
+
+        self.dbname, self.value = dbname, 0
+        self._stop = threading.Event()
+        self._thread = threading.Thread(target=self._watch, daemon=True)
+
+    def start(self) -> None:
+        self._thread.start()
+
+    def stop(self) -> None:
+        self._stop.set()
+        self._thread.join(timeout=5)
+
+    def _watch(self) -> None:
+        import psycopg
+
+        from bench.common import ADMIN_DB, dsn
+
+        with psycopg.connect(dsn(ADMIN_DB), autocommit=True) as conn:
+            while not self._stop.wait(0.2):
+                (count,) = conn.execute(
+                    "SELECT count(*) FROM pg_stat_activity WHERE datname = %s", [self.dbname]
+                ).fetchone()
+                self.value = max(self.value, count)
 
 
 def verify(dbname, runlog, agendas, killed, pulled_twice, state_counts) -> dict:

@@ -58,6 +58,8 @@ def test_200_agendas_survive_losing_a_web_node_a_cluster_and_a_worker(tmp_path):
 
     assert summary["problems"] == []
     assert summary["ok"] is True
+    # docs/deploy.md's connection budget for the topology holds under load.
+    assert 0 < summary["connections"]["peak"] <= summary["connections"]["budget"]
     assert summary["states"] == {"succeeded": 200}
     assert summary["killed midway"][:2] == ["web1", "cluster1"]
     assert summary["survivors alive"] == {"web2": True, "cluster2": True}
