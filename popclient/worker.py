@@ -27,6 +27,7 @@ from __future__ import annotations
 
 import logging
 import os
+import random
 import re
 import socket
 import threading
@@ -227,6 +228,18 @@ class AgendaRun:
         return _Report(self, body, versions, result is not None, sent_at=self.last_report)
 
 
+# A worker that cannot reach the server retries quickly, so it is back within a few seconds
+# of the server (or its database) recovering; the jitter keeps a farm's workers from
+# retrying in step.
+RETRY_CAP_SECONDS = 3.0
+
+
+def retry_delay(failures: int) -> float:
+    """Seconds before retry `failures` (1, 2, …): 0.25 s doubling, at most RETRY_CAP_SECONDS,
+    jittered ±20 %."""
+    return min(RETRY_CAP_SECONDS, 0.25 * 2 ** min(failures - 1, 8)) * random.uniform(0.8, 1.2)
+
+
 class Worker:
     """Pulls agendas from one insight and runs them. See the module docstring."""
 
@@ -325,7 +338,7 @@ class Worker:
                 return 1
             except PopError as exc:  # the server is restarting, overloaded, unreachable
                 failures += 1
-                delay = min(30.0, 0.5 * 2 ** min(failures, 6))
+                delay = retry_delay(failures)
                 log.warning("cannot reach the server (%s); retrying in %.1fs", exc, delay)
                 if self._stopping.wait(delay):
                     return 0
@@ -371,7 +384,7 @@ class Worker:
                     break
                 except PopError as exc:
                     failures += 1
-                    delay = min(30.0, 0.5 * 2 ** min(failures, 6))
+                    delay = retry_delay(failures)
                     log.warning("pull failed (%s); retrying in %.1fs", exc, delay)
                     self._stopping.wait(delay)
                     continue

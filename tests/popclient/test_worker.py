@@ -679,3 +679,13 @@ def test_the_lease_is_timed_from_when_the_pull_was_sent_whatever_the_servers_clo
 
     assert 0 < agenda.lease.left() <= 0.5
     assert not agenda.fresh()
+
+
+def test_a_worker_that_cannot_reach_the_server_retries_within_3_seconds():
+    from popclient.worker import RETRY_CAP_SECONDS, retry_delay
+
+    delays = [retry_delay(failures) for failures in range(1, 40)]
+
+    assert 0.2 <= delays[0] <= 0.3
+    assert max(delays) <= RETRY_CAP_SECONDS * 1.2 <= 3.6
+    assert delays[2] > delays[0]  # it backs off, a little
