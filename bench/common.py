@@ -284,32 +284,6 @@ def submit_bulk(world: World, customer_id: str, count: int, *, batch: int = 100)
     return time.perf_counter() - started
 
 
-def submit_together(world: World, counts: dict[str, int]) -> float:
-    """Submit agendas for several customers in one agendas_submit_many call (one transaction,
-    as staff), so they all become ready at the same instant; return that instant (the commit,
-    before any on-commit fill nudge runs)."""
-    from django.db import transaction
-
-    from agendas.services import agendas_submit_many
-    from resourcepools.models import Customer
-
-    committed: list[float] = []
-
-    customers = {str(pk): row for pk, row in Customer.objects.in_bulk(list(counts)).items()}
-    items = [
-        {"operations": NOOP_OPERATIONS, "customer": customers[customer_id]}
-        for customer_id, count in counts.items()
-        for _ in range(count)
-    ]
-    with transaction.atomic():
-        transaction.on_commit(lambda: committed.append(time.time()))  # runs first
-        results = agendas_submit_many(principal=user(world.staff_user_id), items=items)
-    bad = [result for result in results if isinstance(result, dict)]
-    if bad:
-        raise RuntimeError(f"submit refused items: {bad[:3]}")
-    return committed[0]
-
-
 def bulk_insert_ready(
     dbname: str,
     *,
