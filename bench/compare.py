@@ -44,6 +44,7 @@ PHASES = {
     "rate": "bench.rate_limit",
     "reap": "bench.reap",
     "alerts": "bench.alerts",
+    "history": "bench.history",
 }
 NEEDS_TEMPLATE = {
     "engine",
@@ -57,6 +58,7 @@ NEEDS_TEMPLATE = {
     "rate",
     "reap",
     "alerts",
+    "history",
 }
 RESULTS = ROOT / "bench" / "RESULTS.md"
 BEGIN, END = "<!-- bench:begin -->", "<!-- bench:end -->"
