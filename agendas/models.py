@@ -114,7 +114,12 @@ class Agenda(OwnedModel):
                 name="agenda_max_attempts_1_20",
             ),
         ]
-        indexes = [models.Index(fields=["customer", "-created_at"], name="agenda_customer_recent")]
+        indexes = [
+            models.Index(fields=["customer", "-created_at"], name="agenda_customer_recent"),
+            # ?ordering=priority (either way), for staff and for a customer.
+            models.Index(fields=["priority"], name="agenda_priority"),
+            models.Index(fields=["customer", "priority"], name="agenda_customer_priority"),
+        ]
 
     def __str__(self) -> str:
         return f"agenda {self.pk}"

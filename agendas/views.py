@@ -8,7 +8,6 @@ from urllib.parse import urlencode
 from django.contrib import messages
 from django.contrib.auth.decorators import login_required
 from django.core.exceptions import ValidationError
-from django.core.paginator import Paginator
 from django.db.models import Count
 from django.http import Http404, HttpRequest, HttpResponse
 from django.shortcuts import redirect, render
@@ -38,6 +37,7 @@ from agendas.states import TERMINAL
 from agendas.template_services import agenda_template_preview, agenda_template_run
 from agendas.waiting import waiting_reason
 from core.pages import (
+    CappedPaginator,
     duration_text,
     flash_outcome,
     is_partial,
@@ -74,7 +74,7 @@ def agendas(request: HttpRequest) -> HttpResponse:
         text=filters.get("text") or "",
         labels=filters.get("label") or (),
     )
-    page = Paginator(rows, AGENDAS_PER_PAGE).get_page(request.GET.get("page"))
+    page = CappedPaginator(rows, AGENDAS_PER_PAGE).get_page(request.GET.get("page"))
     query = request.GET.copy()
     query.pop("page", None)
     query.pop("partial", None)

@@ -59,6 +59,14 @@ class Pagination(LimitOffsetPagination):
                 raise
         return super().paginate_queryset(queryset, request, view)
 
+    def get_count(self, queryset: Any) -> int:
+        """At most MAX_OFFSET + 1: exact up to the deepest offset page, "more" beyond (a count
+        of a long filtered history reads every matching row; nothing can page past it)."""
+        try:
+            return queryset.order_by()[: MAX_OFFSET + 1].count()
+        except (AttributeError, TypeError):
+            return min(len(queryset), MAX_OFFSET + 1)
+
     def get_offset(self, request: Request) -> int:
         offset = super().get_offset(request)
         if offset > MAX_OFFSET:

@@ -119,7 +119,8 @@ class AgendaViewSet(mixins.ListModelMixin, mixins.RetrieveModelMixin, CustomerSc
     selector = staticmethod(agenda_list)
     serializer_class = AgendaSerializer
     filterset_class = AgendaFilter
-    ordering_fields = ["created_at", "updated_at", "priority"]
+    # Only orderings an index serves, for staff and for a customer (docs/design.md §10.4).
+    ordering_fields = ["created_at", "priority"]
     ordering = ["-created_at"]
 
     def get_serializer_class(self) -> type[AgendaSerializer]:
@@ -233,7 +234,7 @@ class AgendaProgressViewSet(
     selector = staticmethod(agenda_progress_list)
     serializer_class = AgendaProgressSerializer
     filterset_class = AgendaProgressFilter
-    ordering_fields = ["created_at", "updated_at", "percent_complete"]
+    ordering_fields = ["created_at"]  # the one an index serves over a long history
     ordering = ["-created_at"]
 
 
@@ -246,7 +247,7 @@ class OperationProgressViewSet(
     selector = staticmethod(operation_progress_list)
     serializer_class = OperationProgressSerializer
     filterset_class = OperationProgressFilter
-    ordering_fields = ["created_at", "updated_at", "position"]
+    ordering_fields = ["created_at"]  # the one an index serves over a long history
     ordering = ["-created_at", "position"]
 
 

@@ -47,6 +47,27 @@ def test_a_client_walking_10000_agendas_by_cursor_sees_each_once_while_more_arri
     assert set(seen) == expected
 
 
+@postgresql_only
+def test_a_count_stops_past_the_deepest_offset_page(client, submitter, submit_agenda):
+    first = submit_agenda(submitter)
+    clone_ready_agendas(first, MAX_OFFSET + 5)
+
+    answer = client.get("/api/v1/agendas/?limit=1&state=ready").json()
+
+    assert answer["count"] == MAX_OFFSET + 1  # "more than 10,000": nothing pages past it
+
+
+def test_only_orderings_an_index_serves_are_offered(client, submit_agenda, submitter):
+    older, newer = submit_agenda(submitter), submit_agenda(submitter)
+
+    by_update = client.get("/api/v1/agendas/?ordering=updated_at").json()["results"]
+    by_percent = client.get("/api/v1/agenda-progress/?ordering=percent_complete").json()
+
+    # An ordering no index serves is ignored: the list keeps its default order (newest first).
+    assert [row["id"] for row in by_update] == [str(newer.pk), str(older.pk)]
+    assert [row["agenda"] for row in by_percent["results"]] == [str(newer.pk), str(older.pk)]
+
+
 def test_offsets_stop_at_the_cap_with_a_400_naming_offset(client, submit_agenda, submitter):
     submit_agenda(submitter)
 
@@ -96,6 +117,8 @@ LISTS = [
     "/api/v1/agendas/?link_id=deep",
     "/api/v1/agendas/?label=batch:7",
     "/api/v1/agendas/?cursor=",
+    "/api/v1/agendas/?ordering=priority",
+    "/api/v1/agendas/?ordering=-priority",
     "/api/v1/agenda-progress/",
     "/api/v1/agenda-progress/?state=ready",
     "/api/v1/operation-progress/",
@@ -134,7 +157,14 @@ def test_every_big_list_reads_its_first_page_by_index(
     for url in LISTS:
         with CaptureQueriesContext(connection) as queries:
             assert caller.get(url).status_code == 200, url
-        page_queries = [q["sql"] for q in queries if re.search(r"\bLIMIT\b", q["sql"])]
+        counts = [q["sql"] for q in queries if q["sql"].startswith("SELECT COUNT(*) FROM (")]
+        # A count reads at most the deepest offset page's rows, whatever the history.
+        assert all(f"LIMIT {MAX_OFFSET + 1}" in sql for sql in counts), (url, counts)
+        page_queries = [
+            q["sql"]
+            for q in queries
+            if re.search(r"\bLIMIT\b", q["sql"]) and q["sql"] not in counts
+        ]
         assert page_queries, url
         for sql in page_queries:
             plan = plan_of(sql)
