@@ -15,12 +15,15 @@ that needs generics (viewsets, drf-spectacular's AutoSchema).
 
 from typing import Any
 
-from rest_framework.exceptions import ValidationError
+from django.core.exceptions import ValidationError as DjangoValidationError
+from django.db import DataError
+from rest_framework.exceptions import NotFound, ValidationError
 from rest_framework.pagination import CursorPagination, LimitOffsetPagination
 from rest_framework.request import Request
 from rest_framework.response import Response
 
 MAX_OFFSET = 10_000
+BAD_CURSOR = "Not a cursor this API gave out."
 
 
 class _KeysetPages(CursorPagination):
@@ -51,12 +54,11 @@ class Pagination(LimitOffsetPagination):
             self._keyset = _KeysetPages()
             try:
                 return self._keyset.paginate_queryset(queryset, request, view)
-            except Exception as error:  # DRF answers a bad cursor with NotFound("Invalid cursor")
-                if getattr(error, "status_code", None) == 404:
-                    raise ValidationError(
-                        {"cursor": ["Not a cursor this API gave out."]}
-                    ) from error
-                raise
+            except NotFound as error:  # DRF's answer to a cursor it cannot decode
+                raise ValidationError({"cursor": [BAD_CURSOR]}) from error
+            except (DjangoValidationError, ValueError, TypeError, DataError) as error:
+                # Decodable, but its position is not a value of the ordering's field.
+                raise ValidationError({"cursor": [BAD_CURSOR]}) from error
         return super().paginate_queryset(queryset, request, view)
 
     def get_count(self, queryset: Any) -> int:

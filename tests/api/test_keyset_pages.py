@@ -88,6 +88,23 @@ def test_a_forged_cursor_is_a_400_naming_cursor(client, submit_agenda, submitter
     assert "cursor" in answer.json()
 
 
+@pytest.mark.parametrize("position", ["notadate", "2026-13-45", "\x00"])
+@pytest.mark.parametrize("ordering", ["", "&ordering=priority"])
+def test_a_cursor_whose_position_is_not_a_value_is_a_400(
+    client, submit_agenda, submitter, position, ordering
+):
+    import base64
+    from urllib.parse import urlencode
+
+    submit_agenda(submitter)
+    cursor = base64.b64encode(urlencode({"p": position}).encode()).decode()
+
+    answer = client.get(f"/api/v1/agendas/?cursor={cursor}{ordering}")
+
+    assert answer.status_code == 400
+    assert "cursor" in answer.json()
+
+
 def test_a_cursor_follows_the_chosen_ordering(client, submit_agenda, submitter):
     for priority in (3, 9, 1, 5):
         submit_agenda(submitter, priority=priority)
