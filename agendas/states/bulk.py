@@ -14,7 +14,7 @@ from agendas.fill_nudge import fill_nudge
 from agendas.models import AgendaProgress, Execution, OperationProgress
 from agendas.queue_models import QueuedAgenda, ReadyAgenda
 from agendas.states.callback_outbox import callbacks_enqueue
-from agendas.states.lanes import lanes_charge, lanes_refund, lanes_wake
+from agendas.states.lanes import lanes_charge, lanes_refund_many, lanes_wake
 from agendas.states.machine import (
     NOTIFY,
     TERMINAL,
@@ -83,9 +83,9 @@ def progresses_leave_waiting(
     agenda_ids = [progress.agenda_id for progress in progresses]
     ReadyAgenda.objects.filter(agenda_id__in=agenda_ids).delete()
     QueuedAgenda.objects.filter(agenda_id__in=agenda_ids).delete()
-    for progress in progresses:
-        if progress.state == S.QUEUED:
-            lanes_refund(progress.agenda.insight_id, progress.customer_id, now=now)
+    lanes_refund_many(
+        [(p.agenda.insight_id, p.customer_id) for p in progresses if p.state == S.QUEUED], now=now
+    )
     AgendaProgress.objects.filter(pk__in=[progress.pk for progress in progresses]).update(
         **entry_update(target, now=now), message=message
     )

@@ -217,3 +217,25 @@ def _rows_read(cursor) -> int:
         )
         total += int(cursor.fetchone()[0])
     return total
+
+
+def test_fair_share_gives_back_every_charge_of_a_set_aborted_in_its_queue_at_once(
+    submitter, submit_agenda, insight, customer, fill
+):
+    from agendas.bulk_actions import agenda_action_jobs_run, agenda_action_start
+
+    insight.scheduling_algorithm = Insight.Algorithm.FAIR_SHARE
+    insight.save()
+    for cost in (40, 20, 30):
+        submit_agenda(submitter, cost=cost, link_id="set")
+    fill(insight)
+    assert lane_of(customer, insight).served == pytest.approx(90.0)
+    job = agenda_action_start(
+        principal=submitter.user, action="abort", selection={"filter": {"link_id": "set"}}
+    )
+
+    agenda_action_jobs_run(job_id=job.pk)
+
+    lane = lane_of(customer, insight)
+    assert lane.served == pytest.approx(0.0, abs=0.01)
+    assert (lane.pending_count, lane.pending_charge) == (0, 0.0)
