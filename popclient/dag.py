@@ -16,11 +16,10 @@
 - With a ``lease`` (:class:`LeaseGate`), no operation starts unless more than a third of the
   lease is left; otherwise the runner renews it first (outside its lock) and waits.
 - :meth:`DagRunner.request_abort` cancels running handlers (outcome ``aborted``);
-  :meth:`DagRunner.request_pause` starts nothing new and lets running operations finish
-  (outcome ``paused`` unless everything finished anyway).
+  :meth:`DagRunner.request_pause` starts nothing new and lets running operations finish, or
+  with ``now`` cancels them back to ``waiting`` (outcome ``paused`` unless all finished).
 
-The runner knows nothing about HTTP: a worker watches it through ``on_change`` and
-:meth:`DagRunner.changes_since`.
+A worker watches the runner (no HTTP here) through ``on_change`` and ``changes_since``.
 """
 
 from __future__ import annotations
@@ -47,38 +46,19 @@ from popclient.operation_state import (
     DEADLOCK_MESSAGE,
     EXECUTING,
     FAILED,
-    MAX_MESSAGE,
     PAUSED,
+    PAUSED_NOW_MESSAGE,
     SUCCEEDED,
     WAITING,
     DagResult,
     OperationState,
     RunningOperation,
-    clip,
     diagnostic,
     handler_outcome,
     now_iso,
 )
 
-__all__ = [
-    "ABORTED",
-    "DEADLOCK_MESSAGE",
-    "EXECUTING",
-    "FAILED",
-    "MAX_MESSAGE",
-    "PAUSED",
-    "SUCCEEDED",
-    "WAITING",
-    "DagResult",
-    "DagRunner",
-    "OperationState",
-    "clip",
-    "diagnostic",
-    "now_iso",
-]
-
 log = logging.getLogger(__name__)
-PAUSED_NOW_MESSAGE = "interrupted by a pause; resumes from its saved params"
 
 
 class DagRunner:

@@ -96,6 +96,8 @@ class DagResult:
         return {name: op.result for name, op in self.operations.items() if op.state == SUCCEEDED}
 
 
+# What an operation cancelled by a pause "now" says until it runs again.
+PAUSED_NOW_MESSAGE = "interrupted by a pause; resumes from its saved params"
 DEADLOCK_MESSAGE = (
     "Agenda operation deadlock has occurred. There are pending operations "
     "(likely with dependencies) but none are ready."

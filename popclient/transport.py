@@ -135,6 +135,18 @@ def without_none(fields: Mapping[str, Any]) -> dict[str, Any]:
     return {key: value for key, value in fields.items() if value is not None}
 
 
+# A worker that cannot reach the server retries quickly, so it is back within a few seconds
+# of the server (or its database) recovering; the jitter keeps a farm's workers from
+# retrying in step.
+RETRY_CAP_SECONDS = 3.0
+
+
+def retry_delay(failures: int) -> float:
+    """Seconds before retry `failures` (1, 2, …): 0.25 s doubling, at most RETRY_CAP_SECONDS,
+    jittered ±20 %."""
+    return min(RETRY_CAP_SECONDS, 0.25 * 2 ** min(failures - 1, 8)) * random.uniform(0.8, 1.2)
+
+
 class ApiSession:
     """One authenticated HTTP session with a POP server, sending API calls with retries.
 

@@ -27,7 +27,6 @@ from __future__ import annotations
 
 import logging
 import os
-import random
 import re
 import socket
 import threading
@@ -38,7 +37,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from popclient.client import PopClient
-from popclient.dag import FAILED, DagResult, DagRunner, diagnostic
+from popclient.dag import DagRunner
 from popclient.errors import (
     Conflict,
     Forbidden,
@@ -49,7 +48,8 @@ from popclient.errors import (
 )
 from popclient.handlers import HandlerRegistry, default_registry
 from popclient.lease import LeaseClock, seconds_until
-from popclient.transport import error_from_batch_item
+from popclient.operation_state import FAILED, DagResult, diagnostic
+from popclient.transport import error_from_batch_item, retry_delay
 
 log = logging.getLogger(__name__)
 
@@ -226,18 +226,6 @@ class AgendaRun:
         self.in_flight = True
         self.last_report = time.monotonic()
         return _Report(self, body, versions, result is not None, sent_at=self.last_report)
-
-
-# A worker that cannot reach the server retries quickly, so it is back within a few seconds
-# of the server (or its database) recovering; the jitter keeps a farm's workers from
-# retrying in step.
-RETRY_CAP_SECONDS = 3.0
-
-
-def retry_delay(failures: int) -> float:
-    """Seconds before retry `failures` (1, 2, …): 0.25 s doubling, at most RETRY_CAP_SECONDS,
-    jittered ±20 %."""
-    return min(RETRY_CAP_SECONDS, 0.25 * 2 ** min(failures - 1, 8)) * random.uniform(0.8, 1.2)
 
 
 class Worker:

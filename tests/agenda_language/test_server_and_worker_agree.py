@@ -7,8 +7,9 @@ from hypothesis import strategies as st
 
 from agenda_language.dependencies import operation_dependencies
 from agendas.validation import validate_operations
-from popclient.dag import SUCCEEDED, DagRunner
+from popclient.dag import DagRunner
 from popclient.handlers import default_registry
+from popclient.operation_state import SUCCEEDED
 
 
 def worker_dependencies(operations):

@@ -3,7 +3,7 @@
 import threading
 import time
 
-from popclient.dag import DEADLOCK_MESSAGE, DagRunner
+from popclient.dag import DagRunner
 from popclient.handlers import (
     Cancelled,
     HandlerError,
@@ -11,6 +11,7 @@ from popclient.handlers import (
     PermanentError,
     default_registry,
 )
+from popclient.operation_state import DEADLOCK_MESSAGE
 
 
 def op(name, type_="echo", payload=None, **extra):

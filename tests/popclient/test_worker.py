@@ -682,7 +682,7 @@ def test_the_lease_is_timed_from_when_the_pull_was_sent_whatever_the_servers_clo
 
 
 def test_a_worker_that_cannot_reach_the_server_retries_within_3_seconds():
-    from popclient.worker import RETRY_CAP_SECONDS, retry_delay
+    from popclient.transport import RETRY_CAP_SECONDS, retry_delay
 
     delays = [retry_delay(failures) for failures in range(1, 40)]
 
