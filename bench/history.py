@@ -45,6 +45,7 @@ from bench.common import (
     dsn,
     make_world,
     say,
+    user,
     vacuum_analyze,
 )
 
@@ -218,9 +219,9 @@ def build_world(dbname: str, total: int) -> dict:
     User.objects.filter(pk=world.staff_user_id).update(is_superuser=True)
     users = {"staff": world.staff_user_id}
     for who, customer_id in (("big", big[0]), ("small", small[5])):
-        user = User.objects.create_user(username=f"history-{who}", password="x" * 12)
-        Membership.objects.create(user=user, customer_id=customer_id, role="admin")
-        users[who] = user.pk
+        member = User.objects.create_user(username=f"history-{who}", password="x" * 12)
+        Membership.objects.create(user=member, customer_id=customer_id, role="admin")
+        users[who] = member.pk
     operations = {"operations": [{"name": "a", "type": "noop"}]}
     template = AgendaTemplate.objects.create(
         customer_id=world.owner_id, name="history-global", agenda=operations, is_global=True
@@ -436,7 +437,7 @@ def measure(total: int) -> dict:
         rows = []
         for who in ("staff", "big", "small"):
             client = Client()
-            client.force_login(user_of(info["users"][who]))
+            client.force_login(user(info["users"][who]))
             for what, url in requests_for(info, who):
                 ms, statements, status = timed(client, url)
                 rows.append({"what": what, "who": who, "ms": ms, "q": statements, "status": status})
@@ -463,12 +464,6 @@ def measure(total: int) -> dict:
         say(f"  reap: {reaped:,} in {seconds:.2f} s = {reaped / seconds:,.0f}/s")
         close_django_connections()
     return {"rows": rows, "alerts": alerts, "reap": reap, "build_s": info["build_s"]}
-
-
-def user_of(user_id: int):
-    from django.contrib.auth import get_user_model
-
-    return get_user_model().objects.get(pk=user_id)
 
 
 # --- the phase ---------------------------------------------------------------------------
