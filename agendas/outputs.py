@@ -6,14 +6,17 @@ The convention (docs/design.md, "Outputs"): an operation's result may hold
 which run a customer's code, so each entry is checked and bounded here before it is shown on a
 page, printed by the CLI or sent in a callback: an entry without a text `path` or `url` is
 dropped, texts are cut, `bytes` must be a whole number, and only the first
-`MAX_OUTPUTS_PER_OPERATION` entries of an operation count.
+`MAX_OUTPUTS_PER_OPERATION` entries of an operation, `MAX_OUTPUTS_PER_AGENDA` of an agenda, count.
 """
 
 from collections.abc import Iterable, Mapping
+from itertools import islice
 from typing import Any, Protocol
 from urllib.parse import urlsplit
 
 MAX_OUTPUTS_PER_OPERATION = 50
+# An agenda may have hundreds of operations: what it shows, answers and sends stays bounded.
+MAX_OUTPUTS_PER_AGENDA = 200
 MAX_TEXT = 2048
 MAX_KIND = 64
 
@@ -54,12 +57,14 @@ def output_entries(result: Any) -> list[dict[str, Any]]:
 
 
 def agenda_outputs(operations: Iterable[_Operation]) -> list[dict[str, Any]]:
-    """Every output of an agenda's operations, in operation order, each naming its operation."""
-    return [
+    """The outputs of an agenda's operations (the first MAX_OUTPUTS_PER_AGENDA), in operation
+    order, each naming its operation."""
+    entries = (
         {"operation": operation.name, **entry}
         for operation in operations
         for entry in output_entries(operation.result)
-    ]
+    )
+    return list(islice(entries, MAX_OUTPUTS_PER_AGENDA))
 
 
 def is_web_link(url: str | None) -> bool:

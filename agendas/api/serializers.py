@@ -16,6 +16,7 @@ from agendas.states import processing_state
 from agendas.submit_options import AgendaOptionsSerializer, KeyedAgendaOptionsSerializer
 from agendas.waiting import waiting_reason
 from core.api import JSONObjectField, JSONValueField, OptionalURLField, ScopedRelatedField
+from core.pagination import MAX_OFFSET
 from resourcepools.models import Customer, Membership
 from resourcepools.selectors import customer_list, has_role
 
@@ -141,7 +142,10 @@ class ProgressSummaryQuerySerializer(serializers.Serializer):
         help_text="Agendas listed (the summary counts all).",
     )
     offset = serializers.IntegerField(
-        min_value=0, max_value=10_000_000, default=0, help_text="Agendas skipped, oldest first."
+        min_value=0,
+        max_value=MAX_OFFSET,
+        default=0,
+        help_text="Agendas skipped, oldest first (at most 10,000, as for every list).",
     )
 
 

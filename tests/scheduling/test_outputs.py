@@ -4,7 +4,12 @@ final callback — checked and bounded, since a worker (a customer's code) write
 
 import pytest
 
-from agendas.outputs import MAX_OUTPUTS_PER_OPERATION, agenda_outputs, output_entries
+from agendas.outputs import (
+    MAX_OUTPUTS_PER_AGENDA,
+    MAX_OUTPUTS_PER_OPERATION,
+    agenda_outputs,
+    output_entries,
+)
 from scheduling import fill as fill_service
 from scheduling import report as report_service
 from scheduling.models import CallbackDelivery
@@ -145,3 +150,16 @@ def test_outputs_follow_the_operations_given(db):
     rows = [Row("b", {"outputs": [VIDEO]}), Row("a", None), Row("c", {"outputs": [PLAYLIST]})]
 
     assert [entry["operation"] for entry in agenda_outputs(rows)] == ["b", "c"]
+
+
+def test_an_agenda_with_many_operations_lists_a_bounded_number_of_outputs(db):
+    class Row:
+        def __init__(self, name):
+            self.name, self.result = name, {"outputs": [VIDEO] * MAX_OUTPUTS_PER_OPERATION}
+
+    outputs = agenda_outputs(Row(f"op{n}") for n in range(100))
+
+    assert len(outputs) == MAX_OUTPUTS_PER_AGENDA
+    assert (
+        outputs[-1]["operation"] == f"op{MAX_OUTPUTS_PER_AGENDA // MAX_OUTPUTS_PER_OPERATION - 1}"
+    )
