@@ -37,7 +37,6 @@ from agendas.states import TERMINAL
 from agendas.template_services import agenda_template_preview, agenda_template_run
 from agendas.waiting import waiting_reason
 from core.pages import (
-    CappedPaginator,
     duration_text,
     flash_outcome,
     is_partial,
@@ -45,6 +44,7 @@ from core.pages import (
     refresh_url,
     visible_or_404,
 )
+from core.pagination import CappedCountPaginator
 from core.svg_geometry import dag_layout
 from resourcepools.models import Membership
 from resourcepools.selectors import customer_ids_with_role, has_role, principal_is_staff
@@ -74,7 +74,7 @@ def agendas(request: HttpRequest) -> HttpResponse:
         text=filters.get("text") or "",
         labels=filters.get("label") or (),
     )
-    page = CappedPaginator(rows, AGENDAS_PER_PAGE).get_page(request.GET.get("page"))
+    page = CappedCountPaginator(rows, AGENDAS_PER_PAGE).get_page(request.GET.get("page"))
     query = request.GET.copy()
     query.pop("page", None)
     query.pop("partial", None)

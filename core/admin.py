@@ -15,16 +15,15 @@ from typing import Any
 
 from django.contrib import admin
 from django.core.exceptions import ValidationError
-from django.core.paginator import Paginator
 from django.db.models import Field, Model, Q, QuerySet, UUIDField
 from django.http import HttpRequest
-from django.utils.functional import cached_property
+
+from core.pagination import CappedCountPaginator
 
 # Bookkeeping an operator rarely sets by hand: last on a form, not first.
 BOOKKEEPING_FIELDS = ("link_id", "cid")
 
-# A changelist counts at most this many rows; above it the page says "more than 10000".
-COUNT_CAP = 10_000
+# A changelist counts at most 10,000 rows (core.pagination.CappedCountPaginator).
 # A search or filter through a relation (customer slug, username) matches at most this many
 # related rows; their keys go into the query as a list an index can serve.
 RELATED_KEYS_CAP = 1000
@@ -63,25 +62,6 @@ class OwnedRowAdmin(admin.ModelAdmin):
                 )
             )
         return fieldsets
-
-
-class CappedCountPaginator(Paginator):
-    """Counts at most `cap` rows: `SELECT count(*) FROM (SELECT … LIMIT cap + 1)`.
-
-    Exact below the cap, so the admin's "one page" and "show all" decisions stay right; above
-    it `count` is the cap and `capped` is true (the templates in templates/admin/ then say
-    "more than 10000"; pages past the cap are not offered: filter or search instead). Reading
-    10,001 rows costs milliseconds where counting a year of history cost seconds.
-    """
-
-    cap = COUNT_CAP
-    capped = False
-
-    @cached_property
-    def count(self) -> int:
-        counted = self.object_list.order_by()[: self.cap + 1].count()
-        self.capped = counted > self.cap
-        return min(counted, self.cap)
 
 
 def _term_as(field: Field, term: str) -> Any:
@@ -222,7 +202,7 @@ class BigTableAdmin(admin.ModelAdmin):
     """The admin of a table that grows with history (agendas, their progress and operations,
     executions, queues, the callback outbox, the audit trail). Its changelist:
 
-    - counts at most COUNT_CAP rows (`CappedCountPaginator`) and never the unfiltered table
+    - counts at most 10,000 rows (`CappedCountPaginator`) and never the unfiltered table
       (`show_full_result_count = False`), and computes no facet counts;
     - has no `date_hierarchy` (a `created_at` list filter gives today / 7 days / this month
       from static links instead);

@@ -7,10 +7,8 @@ from typing import Any
 
 from django.contrib import messages
 from django.core.exceptions import ValidationError
-from django.core.paginator import Paginator
 from django.db.models import QuerySet
 from django.http import Http404, HttpRequest
-from django.utils.functional import cached_property
 
 from core.errors import InvalidTransition
 
@@ -68,18 +66,3 @@ def flash_outcome(request: HttpRequest, act: Callable[[], str]) -> bool:
         return False
     messages.success(request, done)
     return True
-
-
-class CappedPaginator(Paginator):
-    """A page list whose count stops at `cap` + 1: exact up to the cap, `capped` beyond (a
-    count of a long filtered history reads every matching row). Pages go up to the cap."""
-
-    cap = 10_000
-
-    @cached_property
-    def count(self) -> int:
-        return self.object_list.order_by()[: self.cap + 1].count()
-
-    @property
-    def capped(self) -> bool:
-        return self.count > self.cap

@@ -12,7 +12,7 @@ from django.test.utils import CaptureQueriesContext
 from agendas.models import Agenda
 from audit.context import principal_bound
 from audit.models import AuditEvent
-from core.admin import CappedCountPaginator
+from core.pagination import CappedCountPaginator
 from tests.factories import CustomerFactory
 from tests.scheduling.conftest import clone_ready_agendas
 
