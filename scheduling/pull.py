@@ -10,10 +10,12 @@ from django.db import connection, transaction
 from django.utils import timezone
 
 from agendas import states
+from agendas.fill_nudge import fill_nudge
 from agendas.models import Agenda, AgendaProgress, Execution, OperationProgress
 from resourcepools.models import Insight, Membership
 from resourcepools.selectors import Principal, require_role
 from scheduling import metrics
+from scheduling.fill import insight_fill
 
 logger = logging.getLogger("pop.scheduling")
 MAX_PULL_COUNT = 100
@@ -127,15 +129,42 @@ def insight_pull_once(
 ) -> list[PulledAgenda]:
     """One claim: lease up to `count` agendas in queue order, then read their operations.
 
-    The claim (`states.queue_claim`) locks the claimed queue and progress rows, and nudges a
-    fill when it leaves the queue under half full or finds it empty while work is ready.
+    The claim (`states.queue_claim_outcome`) locks the claimed queue and progress rows, and
+    nudges a fill when it leaves the queue under half full or finds it empty while work is
+    ready. A claim that came up short while a fill is wanted fills the queue inline (the same
+    fair fill, under the insight's try-lock, in its own transaction) and claims the rest: a
+    short `queue_size` keeps a fill's fairness without bounding what pullers can take
+    (docs/design.md §6.3).
     """
     started = time.perf_counter()
     now = timezone.now()
     with transaction.atomic():
-        claimed = states.queue_claim(
-            insight=insight, count=count, worker=worker, now=now, pull_request=pull_request
+        outcome = states.queue_claim_outcome(
+            insight=insight,
+            count=count,
+            worker=worker,
+            now=now,
+            pull_request=pull_request,
+            nudge=False,
         )
+    claimed = outcome.claimed
+    fills_inline = outcome.fill_wanted and len(claimed) < count
+    if outcome.nudge_wanted and not fills_inline:
+        fill_nudge([insight.pk])
+    # Each round moves at most queue_size agendas: enough rounds for `count`, and one more for
+    # rival pullers that took some of a round; a fill that moves nothing ends them. Each
+    # claim after a fill nudges a fill if it leaves the queue short.
+    rounds = -(-count // max(insight.queue_size, 1)) + 1 if fills_inline else 0
+    while rounds and len(claimed) < count and insight_fill(insight_id=insight.pk).moved:
+        rounds -= 1
+        with transaction.atomic():
+            claimed += states.queue_claim(
+                insight=insight,
+                count=count - len(claimed),
+                worker=worker,
+                now=timezone.now(),
+                pull_request=pull_request,
+            )
     if not claimed:
         return []
     pulled = _with_operations(claimed)

@@ -26,8 +26,10 @@ from agendas.states.bulk import (
     progresses_leave_waiting,
 )
 from agendas.states.claim import (
+    ClaimOutcome,
     executions_start,
     queue_claim,
+    queue_claim_outcome,
 )
 from agendas.states.lanes import (
     DEFAULT_COST_SECONDS,
@@ -68,6 +70,7 @@ from core.errors import InvalidTransition
 
 __all__ = [
     "ALLOWED",
+    "ClaimOutcome",
     "COUNTED_OUTCOMES",
     "DEFAULT_COST_SECONDS",
     "InvalidTransition",
@@ -106,6 +109,7 @@ __all__ = [
     "progress_queue_many",
     "progresses_leave_waiting",
     "queue_claim",
+    "queue_claim_outcome",
     "retry_delay",
     "transition",
     "usage_inflation",

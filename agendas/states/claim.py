@@ -4,6 +4,7 @@ sequence, each with a new execution and its lease (`executions_start`).
 
 import functools
 import uuid
+from dataclasses import dataclass
 from datetime import datetime, timedelta
 
 from django.db import connection
@@ -84,18 +85,48 @@ def executions_start(
     return executions
 
 
+@dataclass(frozen=True)
+class ClaimOutcome:
+    """What one claim leased, and whether the insight's queue wants a fill now: the claim left
+    it under half of `queue_size` (or found it empty) while the insight has ready agendas."""
+
+    claimed: list[tuple[AgendaProgress, Execution]]
+    fill_wanted: bool
+    nudge_wanted: bool  # fill_wanted, or a claim that left the queue short
+
+
 def queue_claim(
     *, insight: Insight, count: int, worker: str, now: datetime, pull_request: str = ""
 ) -> list[tuple[AgendaProgress, Execution]]:
     """Pull: lease up to `count` queued agendas of `insight` in queue order (docs/design.md §6.3).
 
+    The (progress, execution) pairs of `queue_claim_outcome`, which documents the claim.
+    """
+    return queue_claim_outcome(
+        insight=insight, count=count, worker=worker, now=now, pull_request=pull_request
+    ).claimed
+
+
+def queue_claim_outcome(
+    *,
+    insight: Insight,
+    count: int,
+    worker: str,
+    now: datetime,
+    pull_request: str = "",
+    nudge: bool = True,
+) -> ClaimOutcome:
+    """Pull: lease up to `count` queued agendas of `insight` in queue order (docs/design.md §6.3).
+
     Queue rows and their progress rows are locked with FOR UPDATE SKIP LOCKED, so rival
     pullers pass each other and an agenda being paused or aborted right now is left alone.
-    Returns (progress, execution) pairs in queue order, each progress (state `executing`)
-    with its agenda and the agenda's customer loaded.
+    The claimed (progress, execution) pairs come in queue order, each progress (state
+    `executing`) with its agenda and the agenda's customer loaded.
 
-    Also nudges a fill (docs/design.md §6.2) when the claim leaves the queue under half of
-    `queue_size`, or when it finds the queue empty while the insight has ready agendas.
+    Also nudges a fill (docs/design.md §6.2), unless `nudge` is False, when the claim leaves
+    the queue under half of `queue_size`, or finds it empty while the insight has ready agendas;
+    the outcome says so (`nudge_wanted`), and whether a fill would find ready work
+    (`fill_wanted`), for a pull that fills inline when its claim came up short.
 
     On PostgreSQL the claim is one statement (`_queue_claim_postgresql`); elsewhere (the
     SQLite demo) it is the portable ORM form below, where a DELETE … RETURNING of the queue
@@ -111,17 +142,19 @@ def queue_claim(
             insight=insight, count=count, worker=worker, now=now, pull_request=pull_request
         )
         queued_before = QueuedAgenda.objects.filter(insight_id=insight.pk).count() + len(claimed)
-        ready = (
-            not claimed
-            and not queued_before
-            and ReadyAgenda.objects.filter(insight_id=insight.pk).exists()
-        )
-    if claimed:
-        if (queued_before - len(claimed)) * 2 < insight.queue_size:
-            fill_nudge([insight.pk])
-    elif ready and not queued_before:
+        ready = None  # read below, only when it matters
+    left = queued_before - len(claimed)
+    short = left * 2 < insight.queue_size if claimed else not queued_before
+    if short and ready is None:
+        ready = ReadyAgenda.objects.filter(insight_id=insight.pk).exists()
+    outcome = ClaimOutcome(
+        claimed=claimed,
+        fill_wanted=bool(short and ready),
+        nudge_wanted=bool(short and (claimed or ready)),
+    )
+    if nudge and outcome.nudge_wanted:
         fill_nudge([insight.pk])
-    return claimed
+    return outcome
 
 
 _CLAIM_SQL = """

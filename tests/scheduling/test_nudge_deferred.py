@@ -98,19 +98,20 @@ def test_the_trailing_nudge_enqueues_the_fill_when_it_fires(
     assert [task.task["args"] for task in OrmQ.objects.all()] == [(str(insight.pk),)] * 2
 
 
-def test_an_empty_pull_of_an_insight_with_ready_work_nudges_a_fill(
+def test_an_empty_pull_of_an_insight_with_ready_work_fills_inline_takes_it_and_nudges(
     settings, submitter, submit_agenda, insight, pull, django_capture_on_commit_callbacks
 ):
     agenda = submit_agenda(submitter)  # nudges off: it stays ready, the queue empty
-    settings.POP_FILL_NUDGE = "sync"
+    settings.POP_FILL_NUDGE = "async"
     settings.POP_FILL_NUDGE_MIN_INTERVAL = 0
 
     with django_capture_on_commit_callbacks(execute=True):
-        assert pull(insight) == []
+        [pulled] = pull(insight)
 
-    assert AgendaProgress.objects.get(agenda=agenda).state == "queued"
-    [pulled] = pull(insight)
     assert pulled.agenda.pk == agenda.pk
+    assert AgendaProgress.objects.get(agenda=agenda).state == "executing"
+    # The claim still nudges, for the queue that the next pull will find short.
+    assert [task.task["args"] for task in OrmQ.objects.all()] == [(str(insight.pk),)]
 
 
 def test_an_empty_pull_without_ready_work_does_not_nudge(

@@ -1,0 +1,104 @@
+"""A pull whose claim comes up short fills the queue inline (scheduling/pull.py,
+docs/design.md §6.3): a short `queue_size` keeps a fill's fairness without bounding what
+pullers take, and the inline fill keeps every promise of a fill (order, caps, exactly once)."""
+
+import pytest
+from django.db import connection
+from django.test.utils import CaptureQueriesContext
+
+from agendas.models import AgendaProgress
+from resourcepools.models import Insight
+from scheduling import pull as pull_service
+from scheduling.models import QueuedAgenda, ReadyAgenda
+from tests.threads import all_at_once
+
+pytestmark = pytest.mark.django_db
+
+
+def _short_queue(insight, size: int = 2, algorithm=Insight.Algorithm.ROUND_ROBIN) -> None:
+    insight.queue_size = size
+    insight.scheduling_algorithm = algorithm
+    insight.save()
+
+
+def test_a_pull_of_ten_from_a_queue_of_two_takes_ten_in_round_robin_order(
+    submitter, other_submitter, submit_agenda, insight, pull
+):
+    _short_queue(insight)
+    mine = [submit_agenda(submitter) for _ in range(6)]
+    theirs = [submit_agenda(other_submitter) for _ in range(6)]
+
+    pulled = pull(insight, count=10)
+
+    slugs = [item.agenda.customer.slug for item in pulled]
+    assert len(pulled) == 10
+    # Round robin across the two customers, each fill of two giving one turn to each.
+    assert slugs.count("acme") == slugs.count(theirs[0].customer.slug) == 5
+    assert {item.agenda.pk for item in pulled} <= {a.pk for a in mine + theirs}
+    assert ReadyAgenda.objects.count() == 2
+    assert QueuedAgenda.objects.count() == 0
+
+
+def test_an_inline_fill_keeps_the_customers_cap(customer, submitter, submit_agenda, insight, pull):
+    _short_queue(insight)
+    customer.max_executing = 3
+    customer.save()
+    for _ in range(8):
+        submit_agenda(submitter)
+
+    pulled = pull(insight, count=10)
+
+    assert len(pulled) == 3
+    states = AgendaProgress.objects.values_list("state", flat=True)
+    assert sorted(states) == ["executing"] * 3 + ["ready"] * 5
+
+
+def test_a_pull_with_nothing_ready_runs_no_fill(insight):
+    _short_queue(insight)
+
+    with CaptureQueriesContext(connection) as captured:
+        assert pull_service.insight_pull_once(insight=insight, worker="w1", count=10) == []
+
+    # The claim statement alone (it reads whether anything is ready): no fill is tried.
+    statements = [
+        query["sql"]
+        for query in captured.captured_queries
+        if not query["sql"].startswith(("SAVEPOINT", "RELEASE SAVEPOINT"))
+    ]
+    assert len(statements) == (1 if connection.vendor == "postgresql" else 3), statements
+
+
+def test_a_paused_insight_is_not_filled_inline(submitter, submit_agenda, insight, pull):
+    _short_queue(insight)
+    agenda = submit_agenda(submitter)
+    insight.paused = True
+    insight.save()
+
+    assert pull(insight, count=5) == []
+    assert AgendaProgress.objects.get(agenda=agenda).state == "ready"
+
+
+@pytest.mark.django_db(transaction=True)
+@pytest.mark.skipif(connection.vendor != "postgresql", reason="rival pullers need row locks")
+def test_rival_pullers_filling_inline_lease_every_agenda_exactly_once(
+    submitter, other_submitter, submit_agenda, insight, worker
+):
+    _short_queue(insight, size=3)
+    submitted = {submit_agenda(p).pk for p in [submitter, other_submitter] for _ in range(20)}
+
+    def pull_until_dry():
+        taken = []
+        for _ in range(200):  # a fill skipped for a rival's leaves work: pull until none is left
+            if not (ReadyAgenda.objects.exists() or QueuedAgenda.objects.exists()):
+                break
+            pulled = pull_service.insight_pull(
+                principal=worker.user, insight=Insight.objects.get(pk=insight.pk), count=4
+            )
+            taken += [item.agenda.pk for item in pulled]
+        return taken
+
+    taken = [pk for run in all_at_once(4, pull_until_dry) for pk in run]
+
+    assert len(taken) == len(set(taken)) == 40
+    assert set(taken) == submitted
+    assert AgendaProgress.objects.filter(state="executing").count() == 40
