@@ -8,15 +8,27 @@ from django.urls import reverse
 from django.utils.html import format_html, format_html_join
 from django.utils.safestring import SafeString
 
-from agendas.models import Agenda, AgendaProgress, AgendaTemplate, Execution, OperationProgress
+from agendas.models import (
+    Agenda,
+    AgendaProgress,
+    AgendaTemplate,
+    Execution,
+    OperationProgress,
+)
 from agendas.services import agenda_abort, agenda_pause, agenda_resume
 from agendas.states import InvalidTransition
+from agendas.template_services import template_version_record
+from agendas.template_version_models import VERSIONED_FIELDS
+from agendas.template_versions import template_version_list
 from core.admin import BigTableAdmin, CustomerFilter, InsightFilter, OwnedRowAdmin, exact_filter
 from core.pages import pretty_json as indented_json
 
 TemplateFilter = exact_filter(
     "template", "template__name", "template__id", placeholder="template name or id"
 )
+
+
+ADMIN_VERSIONS_SHOWN = 50
 
 
 @admin.register(AgendaTemplate)
@@ -26,6 +38,43 @@ class AgendaTemplateAdmin(OwnedRowAdmin):
     search_fields = ["name", "description", "link_id"]
     autocomplete_fields = ["customer"]
     filter_horizontal = ["allowed_customers"]
+    readonly_fields = ["versions"]
+
+    @admin.display(description=f"versions (the newest {ADMIN_VERSIONS_SHOWN})")
+    def versions(self, template: AgendaTemplate) -> SafeString:
+        """The template's newest versions, read-only: saving the template writes them."""
+        if template.pk is None:
+            return format_html("{}", "Version 1 is recorded when the template is saved.")
+        rows = format_html_join(
+            "",
+            "<tr><td>{}</td><td>{}</td><td>{}</td><td>{}</td></tr>",
+            (
+                (version.number, version.created_at, version.author or "—", version.note)
+                for version in template_version_list(template=template).defer(
+                    "agenda", "static_parameters", "payload_schema"
+                )[:ADMIN_VERSIONS_SHOWN]
+            ),
+        )
+        return format_html(
+            "<table><thead><tr><th>version</th><th>saved</th><th>by</th><th>note</th></tr>"
+            '</thead><tbody>{}</tbody></table><p><a href="{}#versions">Compare versions on '
+            "the template page</a></p>",
+            rows,
+            reverse("pages:template-detail", kwargs={"template_id": template.pk}),
+        )
+
+    def save_model(
+        self, request: HttpRequest, obj: AgendaTemplate, form: Any, change: bool
+    ) -> None:
+        previous = None
+        if change:
+            saved = AgendaTemplate.objects.filter(pk=obj.pk).values(*VERSIONED_FIELDS).first()
+            previous = dict(saved) if saved else None
+        super().save_model(request, obj, form, change)
+        # An edit here is versioned like one through the API (docs/design.md §5.3).
+        template_version_record(
+            principal=request.user, template=obj, note="saved in the admin", previous=previous
+        )
 
 
 def _apply(modeladmin: admin.ModelAdmin, request: HttpRequest, agendas: QuerySet, service) -> None:
@@ -110,6 +159,7 @@ class AgendaAdmin(ReadOnlyMixin, BigTableAdmin):
                     "customer",
                     "insight",
                     "template",
+                    "template_version",
                     "schedule",
                     "priority",
                     "external_id",

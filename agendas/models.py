@@ -5,6 +5,7 @@ from django.db import models
 from django.db.models import Q
 
 from agendas.action_models import AgendaActionJob
+from agendas.dependency_models import AgendaDependency, AgendaWait
 from agendas.queue_models import (
     CallbackDelivery,
     CustomerLane,
@@ -12,11 +13,15 @@ from agendas.queue_models import (
     QueuedAgenda,
     ReadyAgenda,
 )
+from agendas.template_version_models import AgendaTemplateVersion
 from core.models import OwnedModel
 
 # The queue, outbox and action-job models register with this app from their own module.
 __all__ = [
     "AgendaActionJob",
+    "AgendaDependency",
+    "AgendaWait",
+    "AgendaTemplateVersion",
     "CallbackDelivery",
     "CustomerLane",
     "PendingFillNudge",
@@ -70,6 +75,12 @@ class Agenda(OwnedModel):
         blank=True,
         on_delete=models.SET_NULL,
         related_name="agendas",
+    )
+    # A number, not a key: (template, number) names the version (docs/decisions.md).
+    template_version = models.PositiveIntegerField(
+        null=True,
+        blank=True,
+        help_text="The number of the template version it was expanded from.",
     )
     insight = models.ForeignKey(
         "resourcepools.Insight", on_delete=models.PROTECT, related_name="agendas"

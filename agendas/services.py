@@ -66,15 +66,18 @@ def agenda_submit(
     callback_url: str = "",
     run_after: datetime | None = None,
     do_not_run: bool = False,
+    after: dict | None = None,
     default_insight: str | None = None,
     idempotency_key: str | None = None,
     template: AgendaTemplate | None = None,
+    template_version: int | None = None,
     schedule: Any = None,
     cid: str = "",
 ) -> tuple[Agenda, bool]:
     """Validate and write Agenda + progress + operations + ReadyAgenda in one transaction.
 
     Returns (agenda, created); `created` is False when `idempotency_key` named an earlier agenda.
+    `after` makes it wait for other agendas (`states.after_resolve`, docs/design.md §5.1).
     """
     customer = _checked_customer(principal=principal, customer=customer)
     if idempotency_key:
@@ -89,6 +92,7 @@ def agenda_submit(
         params=params,
         default_insight=default_insight,
         template=template,
+        template_version=template_version,
         schedule=schedule,
         priority=priority,
         max_attempts=max_attempts,
@@ -101,12 +105,18 @@ def agenda_submit(
         link_id=link_id,
         cid=cid,
     )
+    upstreams = states.after_resolve(principal=principal, customer=customer, after=after)
     try:
         with transaction.atomic():
             agenda.save(force_insert=True)
-            states.progress_create(
-                agenda=agenda, run_after=run_after, do_not_run=do_not_run, now=timezone.now()
-            )
+            if upstreams is None:
+                states.progress_create(
+                    agenda=agenda, run_after=run_after, do_not_run=do_not_run, now=timezone.now()
+                )
+            else:
+                states.progresses_create_after(
+                    [(agenda, run_after, do_not_run)], {agenda.pk: upstreams}, now=timezone.now()
+                )
             if schedule is None:  # a schedule's run: schedule_trigger's record, or cron's (none)
                 audit_record(
                     action="template.run" if template else "agenda.submit",
@@ -411,12 +421,15 @@ def agendas_submit_many(
     if not principal_is_staff(principal) and not customer_ids_with_role(principal, Role.SUBMITTER):
         raise PermissionDenied("Submitting needs the submitter role for a customer.")
     for attempt in range(1, _KEY_RACE_ATTEMPTS + 1):
-        results, new = _bulk_plan(principal=principal, items=items, cid=cid)
+        results, new, afters = _bulk_plan(principal=principal, items=items, cid=cid)
         keyed = any(agenda.idempotency_key for agenda, _, _ in new)
         try:
             with transaction.atomic(savepoint=keyed):
                 Agenda.objects.bulk_create([agenda for agenda, _, _ in new])
-                states.progress_create_many(new, now=timezone.now())
+                if afters:
+                    states.progresses_create_after(new, afters, now=timezone.now())
+                else:
+                    states.progress_create_many(new, now=timezone.now())
                 audit_record_bulk(action="agenda.submit_many", targets=[row for row, _, _ in new])
         except IntegrityError:
             # A concurrent submit took one of the keys after the plan read them: plan again,
@@ -447,10 +460,13 @@ def _bulk_errors(error: ValidationError | PermissionDenied) -> dict[str, list[st
 
 def _bulk_plan(
     *, principal: Principal, items: list[dict[str, Any]], cid: str
-) -> tuple[list[BulkResult], list[tuple[Agenda, datetime | None, bool]]]:
-    """Check every item in Python; return the results and the (agenda, run_after, do_not_run)
-    entries to write. Reads: the caller's customer (once), the earlier agendas of the items'
-    idempotency keys (once) and each customer's insight candidates (once per customer)."""
+) -> tuple[
+    list[BulkResult], list[tuple[Agenda, datetime | None, bool]], dict[object, states.After]
+]:
+    """Check every item in Python; return the results, the (agenda, run_after, do_not_run)
+    entries to write and the checked `after` of those that wait (by agenda id). Reads: the
+    caller's customer (once), the earlier agendas of the items' idempotency keys (once), each
+    customer's insight candidates (once per customer) and each `after`'s agendas."""
     fields = [_bulk_item(item) for item in items]
     checked: dict[object, Customer | dict[str, list[str]]] = {}
     customers: list[Customer | dict[str, list[str]]] = []
@@ -484,6 +500,7 @@ def _bulk_plan(
 
     results: list[BulkResult] = []
     new: list[tuple[Agenda, datetime | None, bool]] = []
+    afters: dict[object, states.After] = {}
     for item, customer in zip(fields, customers, strict=True):
         if not isinstance(customer, Customer):
             results.append(customer)
@@ -513,14 +530,19 @@ def _bulk_plan(
                 link_id=item["link_id"],
                 cid=cid,
             )
+            after = states.after_resolve(
+                principal=principal, customer=customer, after=item["after"]
+            )
         except ValidationError as error:
             results.append(_bulk_errors(error))
             continue
+        if after is not None:
+            afters[agenda.pk] = after
         if key:
             by_key[customer.pk, key] = agenda
         results.append(agenda)
         new.append((agenda, item["run_after"], item["do_not_run"]))
-    return results, new
+    return results, new, afters
 
 
 def _earlier_by_key(keys: set[tuple[object, str]]) -> dict[tuple[object, str], Agenda]:

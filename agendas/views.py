@@ -35,6 +35,12 @@ from agendas.services import (
 )
 from agendas.states import TERMINAL
 from agendas.template_services import agenda_template_preview, agenda_template_run
+from agendas.template_versions import (
+    MAX_VERSION_NUMBER,
+    template_version_get,
+    template_version_list,
+    versions_diff,
+)
 from agendas.waiting import waiting_reason
 from core.pages import (
     duration_text,
@@ -271,8 +277,63 @@ def template_detail(request: HttpRequest, template_id: object) -> HttpResponse:
         "payload_schema": pretty_json(template.payload_schema) if template.payload_schema else "",
         "shared_with": list(template.allowed_customers.values_list("name", flat=True)),
         "recent": agenda_search(principal=request.user, template_id=template.pk)[:10],
+        **_template_versions_context(request, template),
     }
-    return render(request, "pages/template_detail.html", context)
+    return render(
+        request, "pages/template_detail.html", context, status=400 if context["diff_error"] else 200
+    )
+
+
+VERSIONS_SHOWN = 50
+
+
+def _version_number(text: str | None) -> int | None:
+    """A version number from the query string; None when absent or not one."""
+    text = (text or "").strip()
+    if not text.isdigit() or len(text) > 10 or int(text) > MAX_VERSION_NUMBER:
+        return None
+    return int(text) or None
+
+
+def _template_versions_context(request: HttpRequest, template: AgendaTemplate) -> dict:
+    """The newest versions and a side-by-side diff of two (`?from=&to=`; by default the
+    latest against the one before it)."""
+    versions = list(
+        template_version_list(template=template).defer(
+            "agenda", "static_parameters", "payload_schema"
+        )[:VERSIONS_SHOWN]
+    )
+    asked = "from" in request.GET or "to" in request.GET
+    old, new = _version_number(request.GET.get("from")), _version_number(request.GET.get("to"))
+    if not asked and len(versions) >= 2:
+        old, new = versions[1].number, versions[0].number
+    diff, diff_error = None, ""
+    if asked and (old is None or new is None):
+        diff_error = "Give two version numbers to compare (from and to)."
+    elif old is not None and new is not None:
+        try:
+            diff = versions_diff(
+                template_version_get(template=template, number=old, field="from"),
+                template_version_get(template=template, number=new, field="to"),
+            )
+        except ValidationError as error:
+            diff_error = " ".join(error.messages)
+    # A shared template's readers see its history, not the names of the owner's people.
+    show_authors = has_role(request.user, template.customer_id, Role.VIEWER)
+    return {
+        "versions": [
+            {
+                "row": version,
+                "author": version.author.get_username() if show_authors and version.author else "",
+            }
+            for version in versions
+        ],
+        "latest_version": versions[0].number if versions else None,
+        "diff": diff,
+        "diff_from": old,
+        "diff_to": new,
+        "diff_error": diff_error,
+    }
 
 
 STATE_ORDER = [value for value, _ in State.choices]

@@ -11,12 +11,14 @@ from typing import Any
 from django.db.models import Q
 from django.utils import timezone
 
-from agendas.models import AgendaProgress, Execution
+from agendas.models import Agenda, AgendaDependency, AgendaProgress, AgendaWait, Execution
 from agendas.queue_models import QueuedAgenda, ReadyAgenda, StartBucket
 
 S = AgendaProgress.State
 # Counts of agendas ahead stop here ("at least 1000"): the answer must not read a backlog.
 COUNT_LIMIT = 1000
+# Agendas an agenda waits for, named in its waiting reason and its `after` (the first ones).
+UPSTREAMS_LISTED = 20
 
 
 @dataclass(frozen=True)
@@ -165,11 +167,68 @@ def _queued(progress: AgendaProgress) -> WaitingReason:
     )
 
 
+def _waiting_for_agendas(progress: AgendaProgress) -> WaitingReason | None:
+    wait = AgendaWait.objects.filter(agenda_id=progress.agenda_id, ended_at__isnull=True).first()
+    if wait is None:
+        return None
+    upstreams = _upstreams_open(progress.agenda_id)
+    noun = "agenda" if wait.remaining == 1 else "agendas"
+    return WaitingReason(
+        "waiting_for_agendas",
+        f"waiting for {wait.remaining} {noun} to {'succeed' if wait.on == 'succeeded' else 'end'} "
+        "(after): it becomes ready in the moment the last of them does.",
+        {
+            "remaining": wait.remaining,
+            "total": wait.total,
+            "on": wait.on,
+            "agendas": [str(agenda_id) for agenda_id in upstreams],
+            "agendas_limit": UPSTREAMS_LISTED,
+        },
+    )
+
+
+def _upstreams_open(agenda_id: object) -> list[object]:
+    return list(
+        AgendaDependency.objects.filter(waiter_id=agenda_id, finished_at__isnull=True)
+        .order_by("upstream_id")
+        .values_list("upstream_id", flat=True)[:UPSTREAMS_LISTED]
+    )
+
+
+def agenda_after(agenda: Agenda) -> dict | None:
+    """What the agenda waits (or waited) for, bounded: None when it was submitted without
+    `after`; else its rule, the count left, when the wait ended, and the first agendas it waits
+    for with their states."""
+    wait = AgendaWait.objects.filter(agenda_id=agenda.pk).first()
+    if wait is None:
+        return None
+    rows = (
+        AgendaDependency.objects.filter(waiter_id=agenda.pk)
+        .order_by("upstream_id")
+        .values_list("upstream_id", "upstream__progress__state", "finished_at")[:UPSTREAMS_LISTED]
+    )
+    return {
+        "on": wait.on,
+        "on_failure": wait.on_failure,
+        "total": wait.total,
+        "remaining": wait.remaining,
+        "ended_at": wait.ended_at.isoformat() if wait.ended_at else None,
+        "agendas": [
+            {"id": str(upstream), "state": state, "finished": finished is not None}
+            for upstream, state, finished in rows
+        ],
+        "agendas_limit": UPSTREAMS_LISTED,
+    }
+
+
 def _pending(progress: AgendaProgress, now: datetime) -> WaitingReason:
     if progress.do_not_run:
         return WaitingReason(
             "do_not_run", "Held (do_not_run): it runs only after a rerun or a resume."
         )
+    waiting = _waiting_for_agendas(progress)
+    if waiting is not None:
+        return waiting
     if progress.run_after is not None and progress.run_after > now:
         return WaitingReason(
             "run_after",

@@ -194,6 +194,23 @@ class PopClient(ApiSession):
         body["payload"] = payload if payload is not None else {}
         return self._post(f"agenda-templates/{template_id}/preview/", body, idempotent=True)
 
+    def list_template_versions(self, template_id: str, **params: Any) -> Any:
+        """The template's versions, newest first: ``number``, ``author``, ``note``,
+        ``created_at`` (a page: ``limit``, ``offset``)."""
+        return self._get(f"agenda-templates/{template_id}/versions/", **params)
+
+    def get_template_version(self, template_id: str, number: int) -> Any:
+        """One version of a template, with its ``agenda``, ``static_parameters`` and
+        ``payload_schema``."""
+        return self._get(f"agenda-templates/{template_id}/versions/{int(number)}/")
+
+    def diff_template_versions(self, template_id: str, old: int, new: int) -> Any:
+        """What changed from version ``old`` to ``new``: ``{"from", "to", "changed",
+        "diff"}``, ``diff`` being unified-diff lines."""
+        return self._get(
+            f"agenda-templates/{template_id}/versions/diff/", **{"from": old, "to": new}
+        )
+
     # -- schedules ----------------------------------------------------------------------
 
     def list_schedules(self, **filters: Any) -> Any:

@@ -86,7 +86,8 @@ class CustomerLaneAdmin(ReadOnlyAdmin):
 
 class ScheduleAdminForm(forms.ModelForm):
     """The checks of the schedule API, as form errors: a bad cron expression or time zone, a
-    template not shared with the customer, a payload it refuses, end before start."""
+    template not shared with the customer, a pinned template version it lacks, a payload it
+    refuses, end before start."""
 
     class Meta:
         model = Schedule
@@ -97,6 +98,7 @@ class ScheduleAdminForm(forms.ModelForm):
             "name",
             "customer",
             "template",
+            "template_version",
             "payload",
             "cron",
             "timezone",

@@ -181,6 +181,8 @@ def _submit_run(schedule: Schedule, *, occurrence: datetime) -> bool:
                 payload=schedule.payload,
                 customer=schedule.customer,
                 schedule=schedule,
+                # Pinned: that version; empty: the latest at this run (docs/design.md §5.3).
+                version=schedule.template_version,
                 cid=uuid.uuid4().hex,
                 link_id=schedule.link_id or None,
                 # One agenda per occurrence, even if two schedulers ever got this far.

@@ -45,6 +45,11 @@ class Schedule(OwnedModel):
     template = models.ForeignKey(
         "agendas.AgendaTemplate", on_delete=models.PROTECT, related_name="schedules"
     )
+    template_version = models.PositiveIntegerField(
+        null=True,
+        blank=True,
+        help_text="The template version each run expands (pinned); empty: its latest version.",
+    )
     payload = models.JSONField(default=dict, blank=True)
     cron = models.CharField(max_length=200)
     timezone = models.CharField(max_length=64, default="UTC")

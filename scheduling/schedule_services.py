@@ -75,8 +75,15 @@ def _check(schedule: Schedule) -> None:
         ]
     if errors:
         raise ValidationError(errors)
-    # A payload the template refuses would fail on every run: refuse it now (400 `payload.*`).
-    template_expand(template=schedule.template, payload=schedule.payload)
+    # A payload the template refuses would fail on every run: refuse it now (400 `payload.*`),
+    # checked against the pinned version, or the latest one a follower runs today. A pinned
+    # number the template lacks is a 400 naming `template_version`.
+    template_expand(
+        template=schedule.template,
+        payload=schedule.payload,
+        version=schedule.template_version,
+        field="template_version",
+    )
 
 
 def _plan(schedule: Schedule, now: datetime) -> None:
@@ -94,8 +101,9 @@ def _plan(schedule: Schedule, now: datetime) -> None:
 
 def schedule_validate(schedule: Schedule) -> None:
     """Check a schedule and plan its next run (set on it, nothing written): ValidationError by
-    field for end before start, a template not shared with the customer, a payload the
-    template refuses, an unusable cron expression or time zone. Every write of a schedule's
+    field for end before start, a template not shared with the customer, a pinned template
+    version it lacks, a payload the template refuses, an unusable cron expression or time
+    zone. Every write of a schedule's
     definition goes through it; the admin form checks with it."""
     _check(schedule)
     _plan(schedule, timezone.now())
@@ -251,6 +259,7 @@ def schedule_trigger(*, principal: Principal, schedule: Schedule, cid: str = "")
         payload=schedule.payload,
         customer=schedule.customer,
         schedule=schedule,
+        version=schedule.template_version,
         cid=cid,
         link_id=schedule.link_id or None,
     )

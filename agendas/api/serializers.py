@@ -13,9 +13,17 @@ from agendas.models import Agenda, AgendaProgress, AgendaTemplate, Execution, Op
 from agendas.outputs import agenda_outputs
 from agendas.services import PauseMode, RerunMode
 from agendas.states import processing_state
+from agendas.states.waits import MAX_LINK_IDS, MAX_UPSTREAMS
 from agendas.submit_options import AgendaOptionsSerializer, KeyedAgendaOptionsSerializer
-from agendas.waiting import waiting_reason
-from core.api import JSONObjectField, JSONValueField, OptionalURLField, ScopedRelatedField
+from agendas.template_versions import MAX_VERSION_NUMBER
+from agendas.waiting import agenda_after, waiting_reason
+from core.api import (
+    JSONObjectField,
+    JSONValueField,
+    OptionalURLField,
+    ScopedRelatedField,
+    reject_unstorable_text,
+)
 from core.pagination import MAX_OFFSET
 from resourcepools.models import Customer, Membership
 from resourcepools.selectors import customer_list, has_role
@@ -62,8 +70,48 @@ class OperationInputSerializer(serializers.Serializer):
         return super().to_internal_value(data)
 
 
+class AgendaAfterSerializer(serializers.Serializer):
+    """Other agendas to wait for (docs/design.md §5.1): it stays pending until they are `on`."""
+
+    agendas = serializers.ListField(
+        child=serializers.UUIDField(),
+        required=False,
+        max_length=MAX_UPSTREAMS,
+        help_text=f"Ids of agendas you can see; with link_ids at most {MAX_UPSTREAMS} agendas.",
+    )
+    link_ids = serializers.ListField(
+        child=serializers.CharField(max_length=255),
+        required=False,
+        max_length=MAX_LINK_IDS,
+        help_text="Link ids: every agenda of the submitting customer with one of them, now.",
+    )
+    on = serializers.ChoiceField(
+        choices=["succeeded", "completed"],
+        default="succeeded",
+        help_text="succeeded (default), or completed: succeeded, failed or aborted.",
+    )
+    on_failure = serializers.ChoiceField(
+        choices=["fail", "abort"],
+        default="fail",
+        help_text="With on: succeeded, what one of them failing or aborted does to this agenda.",
+    )
+
+    def to_internal_value(self, data: Any) -> Any:
+        if isinstance(data, dict):
+            unknown = sorted(str(key) for key in data if key not in self.fields)
+            if unknown:
+                raise serializers.ValidationError(
+                    {"non_field_errors": [f"Unknown fields: {', '.join(unknown)}."]}
+                )
+        return super().to_internal_value(data)
+
+
 class AgendaSubmitSerializer(AgendaOptionsSerializer):
     """A submission: operations, customer, and the options every way in checks alike."""
+
+    after = AgendaAfterSerializer(
+        required=False, help_text="Wait for other agendas before becoming ready."
+    )
 
     operations = OperationInputSerializer(
         many=True, max_length=MAX_OPERATIONS, help_text="1 to 1000 operations."
@@ -117,10 +165,22 @@ class AgendaRerunSerializer(serializers.Serializer):
     )
 
 
+def template_version_field() -> serializers.IntegerField:
+    """`version` of a template run or preview: a number the template has (else 400)."""
+    return serializers.IntegerField(
+        required=False,
+        allow_null=True,
+        min_value=1,
+        max_value=MAX_VERSION_NUMBER,
+        help_text="The template version to expand; default: its latest.",
+    )
+
+
 class TemplateRunSerializer(AgendaOptionsSerializer):
     """A run's payload and customer; its options override the template body's."""
 
     payload = JSONValueField(required=False, default=dict, help_text="Becomes @<pop.payload>.")
+    version = template_version_field()
     customer = ScopedRelatedField(
         selector=customer_list,
         slug_field="slug",
@@ -131,6 +191,7 @@ class TemplateRunSerializer(AgendaOptionsSerializer):
 
 class TemplatePreviewSerializer(serializers.Serializer):
     payload = JSONValueField(required=False, default=dict, help_text="Becomes @<pop.payload>.")
+    version = template_version_field()
 
 
 class ProgressSummaryQuerySerializer(serializers.Serializer):
@@ -249,6 +310,7 @@ class AgendaSerializer(serializers.ModelSerializer):
             "customer",
             "customer_slug",
             "template",
+            "template_version",
             "schedule",
             "insight",
             "insight_name",
@@ -298,6 +360,7 @@ class WaitingReasonSerializer(serializers.Serializer):
             "ready",
             "queued",
             "moving",
+            "waiting_for_agendas",
         ]
     )
     message = serializers.CharField()
@@ -308,14 +371,22 @@ class AgendaDetailSerializer(AgendaSerializer):
     """One agenda, with why it is not executing (null when executing or finished)."""
 
     waiting_reason = serializers.SerializerMethodField()
+    after = serializers.SerializerMethodField(
+        help_text="What it waits (or waited) for: the rule, how many are left, the first "
+        "20 agendas with their states; null when submitted without `after`."
+    )
 
     class Meta(AgendaSerializer.Meta):
-        fields = [*AgendaSerializer.Meta.fields, "waiting_reason"]
+        fields = [*AgendaSerializer.Meta.fields, "waiting_reason", "after"]
         read_only_fields = fields
 
     @extend_schema_field(WaitingReasonSerializer(allow_null=True))
     def get_waiting_reason(self, agenda: Agenda) -> dict | None:
         return waiting_reason(agenda.progress)
+
+    @extend_schema_field(serializers.DictField(allow_null=True))
+    def get_after(self, agenda: Agenda) -> dict | None:
+        return agenda_after(agenda)
 
 
 class AgendaBulkAgendaSerializer(serializers.ModelSerializer):
@@ -407,6 +478,19 @@ class AgendaTemplateSerializer(serializers.ModelSerializer):
     allowed_customer_ids = serializers.SerializerMethodField(
         help_text="Customers it is shared with; null unless you administer its owner."
     )
+    note = serializers.CharField(
+        required=False,
+        write_only=True,
+        max_length=500,
+        allow_blank=True,
+        validators=[reject_unstorable_text],
+        help_text="Why the body, static parameters or payload schema changed: kept with the "
+        "version this save adds (none is added when they did not change).",
+    )
+    latest_version = serializers.SerializerMethodField(
+        help_text="The number of its newest version (what a run expands by default); null "
+        "when none is recorded."
+    )
 
     class Meta:
         model = AgendaTemplate
@@ -423,6 +507,8 @@ class AgendaTemplateSerializer(serializers.ModelSerializer):
             "is_global",
             "allowed_customers",
             "allowed_customer_ids",
+            "note",
+            "latest_version",
             "created_at",
             "updated_at",
         ]
@@ -437,6 +523,13 @@ class AgendaTemplateSerializer(serializers.ModelSerializer):
         if not has_role(getattr(request, "user", None), template.customer_id, Role.ADMIN):
             return None
         return [str(customer.pk) for customer in template.allowed_customers.all()]
+
+    @extend_schema_field({"type": "integer", "nullable": True})
+    def get_latest_version(self, template: AgendaTemplate) -> int | None:
+        # Lists annotate it (agendas.api.views.templates_with_sharing); a saved row asks.
+        if hasattr(template, "latest_version"):
+            return template.latest_version
+        return template.versions.order_by("-number").values_list("number", flat=True).first()
 
 
 class TemplatePreviewResponseSerializer(serializers.Serializer):

@@ -3,7 +3,8 @@
 
 from typing import Any
 
-from django.db.models import QuerySet
+from django.core.exceptions import ValidationError as DjangoValidationError
+from django.db.models import OuterRef, QuerySet, Subquery
 from django.http import Http404
 from drf_spectacular.types import OpenApiTypes
 from drf_spectacular.utils import OpenApiParameter, OpenApiResponse, extend_schema
@@ -39,7 +40,13 @@ from agendas.api.serializers import (
     TemplatePreviewSerializer,
     TemplateRunSerializer,
 )
-from agendas.models import Agenda
+from agendas.api.template_version_serializers import (
+    TemplateVersionDetailSerializer,
+    TemplateVersionDiffQuerySerializer,
+    TemplateVersionDiffSerializer,
+    TemplateVersionSerializer,
+)
+from agendas.models import Agenda, AgendaTemplateVersion
 from agendas.selectors import (
     agenda_list,
     agenda_progress_list,
@@ -62,6 +69,12 @@ from agendas.template_services import (
     agenda_template_preview,
     agenda_template_run,
     agenda_template_update,
+)
+from agendas.template_versions import (
+    MAX_VERSION_NUMBER,
+    template_version_get,
+    template_version_list,
+    versions_diff,
 )
 from core.api import (
     CONFLICT_RESPONSE,
@@ -278,8 +291,18 @@ class ProgressSummaryView(PopAPIView):
 
 
 def templates_with_sharing(*, principal: Any) -> QuerySet:
-    """agenda_template_list, with the sharing list loaded for the owners' view of it."""
-    return agenda_template_list(principal=principal).prefetch_related("allowed_customers")
+    """agenda_template_list, with the sharing list loaded for the owners' view of it and the
+    newest version's number (one index probe per row, inside the list's query)."""
+    newest = (
+        AgendaTemplateVersion.objects.filter(template=OuterRef("pk"))
+        .order_by("-number")
+        .values("number")[:1]
+    )
+    return (
+        agenda_template_list(principal=principal)
+        .prefetch_related("allowed_customers")
+        .annotate(latest_version=Subquery(newest))
+    )
 
 
 @extend_schema(tags=["templates"])
@@ -329,3 +352,68 @@ class AgendaTemplateViewSet(
             principal=request.user, template=self.get_object(), **payload.validated_data
         )
         return Response({"agenda": body, "errors": errors})
+
+    # Versions: whoever reads the template reads them (docs/design.md §5.3).
+
+    @extend_schema(
+        responses={200: TemplateVersionSerializer(many=True)},
+        summary="The template's versions, newest first.",
+    )
+    @action(detail=True, methods=["get"], filter_backends=[], pagination_class=Pagination)
+    def versions(self, request: Request, pk: str) -> Response:
+        template = self.get_object()
+        rows = template_version_list(template=template).defer(
+            "agenda", "static_parameters", "payload_schema"
+        )
+        page = self.paginate_queryset(rows)
+        context = {"request": request, "template": template}
+        return self.get_paginated_response(
+            TemplateVersionSerializer(page, many=True, context=context).data
+        )
+
+    @extend_schema(
+        responses={200: TemplateVersionDetailSerializer},
+        summary="One version of the template, with what a run of it expands.",
+    )
+    @action(
+        detail=True,
+        methods=["get"],
+        url_path=r"versions/(?P<number>[0-9]{1,10})",
+        url_name="version-detail",
+        filter_backends=[],
+    )
+    def version_detail(self, request: Request, pk: str, number: str) -> Response:
+        template = self.get_object()
+        try:
+            if int(number) > MAX_VERSION_NUMBER:
+                raise DjangoValidationError("out of range")  # never a number: no query for it
+            version = template_version_get(template=template, number=int(number))
+        except DjangoValidationError as error:
+            raise Http404(f"Template {template.pk} has no version {number}.") from error
+        context = {"request": request, "template": template}
+        return Response(TemplateVersionDetailSerializer(version, context=context).data)
+
+    @extend_schema(
+        parameters=[TemplateVersionDiffQuerySerializer],
+        responses={200: TemplateVersionDiffSerializer},
+        summary="What changed between two versions of the template, as a unified diff.",
+    )
+    @action(
+        detail=True,
+        methods=["get"],
+        url_path="versions/diff",
+        url_name="versions-diff",
+        filter_backends=[],
+    )
+    def diff_versions(self, request: Request, pk: str) -> Response:
+        template = self.get_object()
+        query = TemplateVersionDiffQuerySerializer(data=request.query_params)
+        query.is_valid(raise_exception=True)
+        old, new = (
+            template_version_get(template=template, number=query.validated_data[side], field=side)
+            for side in ("from", "to")
+        )
+        diff = versions_diff(old, new)
+        return Response(
+            {"from": diff.old, "to": diff.new, "changed": diff.changed, "diff": diff.unified}
+        )

@@ -11,7 +11,9 @@ state.
 - `bulk`: set-based forms of those writes for the hot paths (fill, promote, batch report);
 - `callback_outbox`: the callback outbox row a state change writes;
 - `lanes`: the customer lanes kept in step with the ready set, and fair share's charges;
-- `reap`: the reaper's one-statement delete of a batch of expired agendas.
+- `reap`: the reaper's one-statement delete of a batch of expired agendas;
+- `waits`: agendas that wait for other agendas (`after`): their submit and their release when
+  the agendas they wait for finish.
 
 Callers import from `agendas.states`; fill nudges are `agendas.fill_nudge`.
 """
@@ -66,10 +68,12 @@ from agendas.states.machine import (
     transition,
 )
 from agendas.states.reap import agendas_reap_batch
+from agendas.states.waits import After, after_resolve, progresses_create_after
 from core.errors import InvalidTransition
 
 __all__ = [
     "ALLOWED",
+    "After",
     "ClaimOutcome",
     "COUNTED_OUTCOMES",
     "DEFAULT_COST_SECONDS",
@@ -81,6 +85,7 @@ __all__ = [
     "S",
     "TERMINAL",
     "WAITING",
+    "after_resolve",
     "agendas_reap_batch",
     "callback_enqueue",
     "check_transition",
@@ -107,6 +112,7 @@ __all__ = [
     "progress_create_many",
     "progress_promote_due",
     "progress_queue_many",
+    "progresses_create_after",
     "progresses_leave_waiting",
     "queue_claim",
     "queue_claim_outcome",

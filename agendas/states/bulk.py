@@ -3,19 +3,20 @@ queueing, promotion of due agendas, closing executions, and the batch report's c
 Each leaves every row exactly as the one-by-one path in `machine` would.
 """
 
-from collections.abc import Iterable
+from collections.abc import Iterable, Mapping
 from datetime import datetime
 
 from django.db import connection
-from django.db.models import Q
+from django.db.models import Case, Exists, OuterRef, TextField, Value, When
 from django.utils import timezone
 
 from agendas.fill_nudge import fill_nudge
-from agendas.models import AgendaProgress, Execution, OperationProgress
+from agendas.models import AgendaProgress, AgendaWait, Execution, OperationProgress
 from agendas.queue_models import QueuedAgenda, ReadyAgenda
 from agendas.states.callback_outbox import callbacks_enqueue
 from agendas.states.lanes import lanes_charge, lanes_refund_many, lanes_wake
 from agendas.states.machine import (
+    FINISH_HOOKS,
     NOTIFY,
     TERMINAL,
     OpState,
@@ -69,13 +70,21 @@ def progress_queue_many(
 
 
 def progresses_leave_waiting(
-    progresses: list[AgendaProgress], target: str, *, message: str, now: datetime
+    progresses: list[AgendaProgress],
+    target: str,
+    *,
+    message: str,
+    now: datetime,
+    messages: Mapping[object, str] | None = None,
+    release: bool = True,
 ) -> None:
-    """Abort or pause waiting agendas together (actions on a set, `agendas.bulk_actions`): each
-    ends as `transition(progress, target)` would leave it — out of the ready set and the queues
-    (a queued one's fair-share charge given back), its row entering `target`, an aborted one's
-    unfinished operations aborted, the outbox rows and completion lines written. The caller
-    holds the progress rows' locks; `agenda` and its customer are loaded on each."""
+    """Abort or pause waiting agendas together (actions on a set, `agendas.bulk_actions`; an
+    upstream's failure, `waits`): each ends as `transition(progress, target)` would leave it —
+    out of the ready set and the queues (a queued one's fair-share charge given back), its row
+    entering `target`, an aborted one's unfinished operations aborted, the outbox rows and
+    completion lines written, the agendas waiting for it released (unless `release` is False:
+    the caller does it). The caller holds the progress rows' locks; `agenda` and its customer
+    are loaded on each. `messages` (by agenda id) override `message` for some of them."""
     if not progresses:
         return
     for progress in progresses:
@@ -86,11 +95,18 @@ def progresses_leave_waiting(
     lanes_refund_many(
         [(p.agenda.insight_id, p.customer_id) for p in progresses if p.state == S.QUEUED], now=now
     )
+    messages = messages or {}
+    texts = Case(
+        *(When(agenda_id=agenda_id, then=Value(text)) for agenda_id, text in messages.items()),
+        default=Value(message),
+        output_field=TextField(),
+    )
     AgendaProgress.objects.filter(pk__in=[progress.pk for progress in progresses]).update(
-        **entry_update(target, now=now), message=message
+        **entry_update(target, now=now), message=texts if messages else message
     )
     for progress in progresses:
-        _progress_enter(progress, target, message=message, now=now)
+        text = messages.get(progress.agenda_id, message)
+        _progress_enter(progress, target, message=text, now=now)
     if target == S.ABORTED:
         OperationProgress.objects.filter(
             agenda_progress__in=[progress.pk for progress in progresses],
@@ -101,6 +117,8 @@ def progresses_leave_waiting(
     if target in TERMINAL:
         for progress in progresses:
             _log_completed(progress, now=now)
+        for hook in FINISH_HOOKS if release else ():
+            hook(agenda_ids, target, True, now)
 
 
 def execution_close(
@@ -115,23 +133,42 @@ def execution_close(
 
 
 def progress_promote_due(*, now: datetime, limit: int) -> dict[object, int]:
-    """Promote: pending agendas whose `run_after` passed (never do_not_run) become ready.
+    """Promote: pending agendas whose `run_after` passed (never do_not_run, never one still
+    waiting for other agendas) become ready.
 
     Returns {insight_id: promoted count}. Rows locked elsewhere are skipped until the next run.
+    An agenda waiting for agendas has no `run_after` (its wait holds it), so this never reads
+    one; the NOT EXISTS is the guard.
     """
+    waits = AgendaWait.objects.filter(agenda_id=OuterRef("agenda_id"), ended_at__isnull=True)
     due = list(
         AgendaProgress.objects.select_for_update(skip_locked=True, of=("self",))
-        .filter(state=S.PENDING, do_not_run=False)
-        .filter(Q(run_after__lte=now) | Q(run_after__isnull=True))
+        .filter(state=S.PENDING, do_not_run=False, run_after__lte=now)
+        .filter(~Exists(waits))
         .order_by("run_after")
         .values_list("pk", "agenda_id", "customer_id", "agenda__insight_id", "agenda__priority")[
             :limit
         ]
     )
+    return progresses_enter_ready(due, now=now)
+
+
+def progresses_enter_ready(
+    due: list[tuple[object, object, object, object, int]],
+    *,
+    now: datetime,
+    message: str | None = None,
+) -> dict[object, int]:
+    """Move locked pending agendas to ready: their rows, ready rows, lanes and one fill nudge.
+
+    `due` are (progress pk, agenda id, customer id, insight id, priority); returns
+    {insight_id: moved count}.
+    """
     if not due:
         return {}
+    extra = {} if message is None else {"message": message}
     AgendaProgress.objects.filter(pk__in=[row[0] for row in due], state=S.PENDING).update(
-        **entry_update(S.READY, now=now)
+        **entry_update(S.READY, now=now), **extra
     )
     ReadyAgenda.objects.bulk_create(
         ReadyAgenda(
@@ -233,6 +270,9 @@ def executions_report_many(
     callbacks_enqueue([progress for progress, _, _ in succeeded], event=S.SUCCEEDED, now=now)
     for progress, _, _ in succeeded:
         _log_completed(progress, now=now)
+    if succeeded:
+        for hook in FINISH_HOOKS:
+            hook([progress.agenda_id for progress, _, _ in succeeded], S.SUCCEEDED, False, now)
 
 
 def _update_from_values(model, rows: list, attnames: Iterable[str], *, chunk: int = 1000) -> None:

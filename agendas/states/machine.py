@@ -7,7 +7,7 @@ row (`select_for_update`) before a single-row transition.
 import json
 import logging
 import random
-from collections.abc import Iterable, Sequence
+from collections.abc import Callable, Iterable, Sequence
 from datetime import datetime, timedelta
 
 from django.conf import settings
@@ -17,7 +17,7 @@ from django.utils import timezone
 
 from agenda_language.progress import percent_rollup as agenda_percent
 from agendas.fill_nudge import fill_nudge
-from agendas.models import Agenda, AgendaProgress, Execution, OperationProgress
+from agendas.models import Agenda, AgendaProgress, AgendaWait, Execution, OperationProgress
 from agendas.queue_models import QueuedAgenda, ReadyAgenda
 from agendas.states.callback_outbox import callback_enqueue
 from agendas.states.lanes import lanes_charge, lanes_refund, lanes_wake
@@ -33,17 +33,20 @@ TERMINAL: frozenset[str] = frozenset({S.SUCCEEDED, S.FAILED, S.ABORTED})
 WAITING: frozenset[str] = frozenset({S.PENDING, S.READY, S.QUEUED, S.PAUSED})
 NOTIFY: frozenset[str] = TERMINAL | {S.EXECUTING, S.PAUSED}
 ALLOWED: dict[str, frozenset[str]] = {
-    S.PENDING: frozenset({S.READY, S.PAUSED, S.ABORTED}),
+    S.PENDING: frozenset({S.READY, S.PAUSED, S.FAILED, S.ABORTED}),  # failed: see waits.py
     S.READY: frozenset({S.QUEUED, S.PAUSED, S.ABORTED}),
     S.QUEUED: frozenset({S.EXECUTING, S.READY, S.PAUSED, S.ABORTED}),
     S.EXECUTING: frozenset({S.SUCCEEDED, S.FAILED, S.PENDING, S.PAUSED, S.ABORTED}),
-    S.PAUSED: frozenset({S.READY, S.PENDING, S.ABORTED}),
+    S.PAUSED: frozenset({S.READY, S.PENDING, S.FAILED, S.ABORTED}),  # failed: see waits.py
     # Rerun: back to ready, or to pending with do_not_run when `skip_execution`.
     S.SUCCEEDED: frozenset({S.READY, S.PENDING}),
     S.FAILED: frozenset({S.READY, S.PENDING}),
     S.ABORTED: frozenset({S.READY, S.PENDING}),
 }
 OPERATION_TERMINAL: frozenset[str] = frozenset({OpState.SUCCEEDED, OpState.FAILED, OpState.ABORTED})
+# Run in the transaction as agendas enter a terminal state, with (their ids, that state, whether
+# they left a waiting state, now): waits.py, built on this module, registers its release here.
+FINISH_HOOKS: list[Callable[[list[object], str, bool, datetime], None]] = []
 
 
 def processing_state(state: str) -> str:
@@ -163,6 +166,12 @@ def transition(
     check_transition(progress, target, action=action)
     now = now or timezone.now()
     source = progress.state
+    if target == S.READY and source in (S.PENDING, S.PAUSED) and _waits(progress.agenda_id):
+        # Still waiting for other agendas: it enters ready when they finish (waits.py).
+        if source == S.PENDING:
+            progress.save(update_fields=sorted({"updated_at", *extra_fields}))
+            return
+        target = S.PENDING
     fields = {"state", "updated_at", *extra_fields}
     if source in (S.READY, S.QUEUED) and target != S.QUEUED:
         # Leaving the queues: a paused or aborted agenda must never be pulled (docs/design.md §6.3).
@@ -181,6 +190,12 @@ def transition(
         callback_enqueue(progress, event=target, now=now)
     if target in TERMINAL:
         _log_completed(progress, now=now)
+        for hook in FINISH_HOOKS:
+            hook([progress.agenda_id], target, source in WAITING, now)
+
+
+def _waits(agenda_id: object) -> bool:  # an open wait for other agendas (waits.py)
+    return AgendaWait.objects.filter(agenda_id=agenda_id, ended_at__isnull=True).exists()
 
 
 class _Moment:
@@ -350,8 +365,7 @@ def operation_set_state(
     elif target in OPERATION_TERMINAL:
         if operation.state == OpState.WAITING and target in (OpState.SUCCEEDED, OpState.FAILED):
             # Reports are sparse (docs/design.md §6.4): an operation that started and finished
-            # between
-            # two reports arrives only as done. It still ran once, starting no later than now.
+            # between two reports arrives only as done. It still ran once, no later than now.
             operation.attempt_count += 1
             operation.started_at = now
             changed += ["attempt_count", "started_at"]

@@ -56,6 +56,30 @@ def register(commands: Any, common: argparse.ArgumentParser) -> None:
     )
     submit.add_argument("--idempotency-key")
     submit.add_argument(
+        "--after",
+        action="append",
+        default=[],
+        metavar="ID",
+        help="stay pending until this agenda succeeds (repeatable)",
+    )
+    submit.add_argument(
+        "--after-link",
+        action="append",
+        default=[],
+        metavar="LINK",
+        help="…until every agenda with this link id does (repeatable)",
+    )
+    submit.add_argument(
+        "--after-on",
+        choices=["succeeded", "completed"],
+        help="wait until they succeeded (default) or just ended",
+    )
+    submit.add_argument(
+        "--after-failure",
+        choices=["fail", "abort"],
+        help="with succeeded: fail (default) or abort it when one of them fails",
+    )
+    submit.add_argument(
         "--wait", action="store_true", help="watch until it ends (exit 1 if failed)"
     )
     submit.set_defaults(handler=cmd_agendas_submit)
@@ -196,6 +220,9 @@ def cmd_agendas_submit(ctx: Context) -> int:
     }  # fmt: skip
     if args.do_not_run:
         overrides["do_not_run"] = True
+    after = _after(args)
+    if after:
+        overrides["after"] = after
     params = _parse_params(args.param)
     labels = _parse_labels(args.label)
     client = ctx.client()
@@ -226,6 +253,24 @@ def cmd_agendas_submit(ctx: Context) -> int:
         idempotency_key=args.idempotency_key,
     )
     return _after_submit(ctx, agenda, wait=args.wait)
+
+
+def _after(args: argparse.Namespace) -> dict[str, Any] | None:
+    """`--after`, `--after-link`, `--after-on`, `--after-failure` → the submit's `after`."""
+    if not args.after and not args.after_link:
+        if args.after_on or args.after_failure:
+            raise UsageError("--after-on and --after-failure need --after or --after-link")
+        return None
+    after: dict[str, Any] = {}
+    if args.after:
+        after["agendas"] = list(args.after)
+    if args.after_link:
+        after["link_ids"] = list(args.after_link)
+    if args.after_on:
+        after["on"] = args.after_on
+    if args.after_failure:
+        after["on_failure"] = args.after_failure
+    return after
 
 
 def _with_overrides(
@@ -298,6 +343,7 @@ def cmd_agendas_show(ctx: Context) -> int:
     for label, value in (
         ("Message", progress.get("message")),
         ("Waiting", waiting.get("message")),
+        ("After", _after_text(agenda.get("after"))),
         ("Link id", agenda.get("link_id")),
         ("Labels", ", ".join(f"{k}={v}" for k, v in (agenda.get("labels") or {}).items())),
         ("Priority", agenda.get("priority")),
@@ -339,6 +385,14 @@ def cmd_agendas_show(ctx: Context) -> int:
     for entry in progress.get("diagnostics") or []:
         out.line(f"! {entry.get('time', '')} {entry.get('message', '')}")
     return EXIT_OK
+
+
+def _after_text(after: dict[str, Any] | None) -> str | None:
+    """ "3 of 10 agendas left (on succeeded)" for an agenda submitted with `after`."""
+    if not after:
+        return None
+    left = f"{after.get('remaining')} of {after.get('total')} agendas left"
+    return f"{left} (on {after.get('on')}, on failure {after.get('on_failure')})"
 
 
 def _attempts(agenda: dict[str, Any], progress: dict[str, Any]) -> str | None:

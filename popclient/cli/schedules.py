@@ -1,5 +1,6 @@
-"""``pop schedules``: list and create cron schedules of template runs, pause, resume or trigger
-one, and list the agendas it created."""
+"""``pop schedules``: list and create cron schedules of template runs, pin one to a template
+version (or let it follow the latest), pause, resume or trigger one, and list the agendas it
+created."""
 
 from __future__ import annotations
 
@@ -35,7 +36,19 @@ def register(commands: Any, common: argparse.ArgumentParser) -> None:
     create.add_argument("--end-at")
     create.add_argument("--customer")
     create.add_argument("--link-id", help="link id of the agendas it creates")
+    create.add_argument(
+        "--template-version",
+        type=_pinned_version,
+        metavar="N|latest",
+        help="run this template version every time (default: latest, following each edit)",
+    )
     create.set_defaults(handler=cmd_schedules_create)
+    pin = add_command(
+        schedule_commands, common, "pin", "pin a schedule to a template version, or to latest"
+    )
+    pin.add_argument("id")
+    pin.add_argument("template_version", metavar="N|latest", type=_pinned_version)
+    pin.set_defaults(handler=cmd_schedules_pin)
     for name, help_text in (
         ("pause", "pause a schedule"),
         ("resume", "resume a schedule"),
@@ -47,6 +60,15 @@ def register(commands: Any, common: argparse.ArgumentParser) -> None:
         action.set_defaults(handler=cmd_schedules_action, action=name)
 
 
+def _pinned_version(text: str) -> int | None:
+    """A version number, or ``latest`` (None: follow the template's latest version)."""
+    if text == "latest":
+        return None
+    if not text.isdigit() or int(text) < 1:
+        raise argparse.ArgumentTypeError(f"not a version number or 'latest': {text!r}")
+    return int(text)
+
+
 def cmd_schedules_list(ctx: Context) -> int:
     schedules = _results(ctx.client().list_schedules(limit=ctx.args.limit))
     if ctx.out.as_json:
@@ -54,10 +76,13 @@ def cmd_schedules_list(ctx: Context) -> int:
         return EXIT_OK
     rows = [
         [s.get("id"), s.get("name"), s.get("cron"), s.get("timezone"), s.get("state"),
-         s.get("next_run_at"), s.get("last_run_at")]
+         s.get("template_version") or "latest", s.get("next_run_at"), s.get("last_run_at")]
         for s in schedules
     ]  # fmt: skip
-    ctx.out.table(rows, ["id", "name", "cron", "timezone", "state", "next_run_at", "last_run_at"])
+    ctx.out.table(
+        rows,
+        ["id", "name", "cron", "timezone", "state", "version", "next_run_at", "last_run_at"],
+    )
     return EXIT_OK
 
 
@@ -75,6 +100,7 @@ def cmd_schedules_create(ctx: Context) -> int:
         end_at=args.end_at,
         customer=args.customer,
         link_id=args.link_id,
+        template_version=args.template_version,
     )
     if ctx.out.as_json:
         ctx.out.json(schedule)
@@ -83,6 +109,18 @@ def cmd_schedules_create(ctx: Context) -> int:
             f"Created schedule {schedule.get('id')} ({schedule.get('cron')}, "
             f"next run {schedule.get('next_run_at')})"
         )
+    return EXIT_OK
+
+
+def cmd_schedules_pin(ctx: Context) -> int:
+    args = ctx.args
+    schedule = ctx.client().update_schedule(args.id, template_version=args.template_version)
+    if ctx.out.as_json:
+        ctx.out.json(schedule)
+    else:
+        pinned = schedule.get("template_version")
+        runs = f"version {pinned}" if pinned else "the latest version"
+        ctx.out.line(f"Schedule {args.id} runs {runs} of its template.")
     return EXIT_OK
 
 

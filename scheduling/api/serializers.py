@@ -4,6 +4,7 @@
 from rest_framework import serializers
 
 from agendas.selectors import agenda_template_list
+from agendas.template_versions import MAX_VERSION_NUMBER
 from core.api import JSONValueField, ScopedRelatedField
 from resourcepools.selectors import customer_list
 from scheduling.models import Alert, CallbackDelivery, Schedule
@@ -18,6 +19,14 @@ class ScheduleSerializer(serializers.ModelSerializer):
     )
     template = ScopedRelatedField(
         selector=agenda_template_list, help_text="Id of the template each run expands."
+    )
+    template_version = serializers.IntegerField(
+        required=False,
+        allow_null=True,
+        min_value=1,
+        max_value=MAX_VERSION_NUMBER,
+        help_text="Pin each run to this version of the template; null (the default): every run "
+        "expands the template's latest version.",
     )
     payload = JSONValueField(required=False, help_text="The run payload (@<pop.payload>).")
     cron = serializers.CharField(
@@ -36,6 +45,7 @@ class ScheduleSerializer(serializers.ModelSerializer):
             "cid",
             "name",
             "template",
+            "template_version",
             "payload",
             "cron",
             "timezone",

@@ -215,6 +215,15 @@ ENDPOINTS = [
         {"payload": {"who": "x"}},
         {},
     ),
+    (lambda c: c.list_template_versions(ID), "GET", "agenda-templates/ID/versions/", None, {}),
+    (lambda c: c.get_template_version(ID, 3), "GET", "agenda-templates/ID/versions/3/", None, {}),
+    (
+        lambda c: c.diff_template_versions(ID, 1, 2),
+        "GET",
+        "agenda-templates/ID/versions/diff/",
+        None,
+        {"from": "1", "to": "2"},
+    ),
     # agendas and progress
     (lambda c: c.list_agendas(state="ready"), "GET", "agendas/", None, {"state": "ready"}),
     (lambda c: c.submit_agenda({"operations": []}), "POST", "agendas/", {"operations": []}, {}),
@@ -349,7 +358,7 @@ def test_each_method_sends_its_request(call, method, path, body, params):
 
 
 def _route_template(path):
-    return re.sub(r"(^|/)ID(?=/)", r"\1{}", path)
+    return re.sub(r"(^|/)(ID|[0-9]+)(?=/)", r"\1{}", path)
 
 
 def test_every_server_route_has_a_client_method():

@@ -27,6 +27,9 @@ postgres_only = pytest.mark.skipif(
 )
 
 PLAN = [  # the tables a batch deletes from, children before parents
+    "agendas_agendawait",
+    "agendas_agendadependency",  # as the waiter
+    "agendas_agendadependency",  # as the upstream
     "scheduling_readyagenda",
     "scheduling_queuedagenda",
     "scheduling_callbackdelivery",
@@ -211,7 +214,7 @@ def test_a_batch_deletes_from_every_table_under_an_agenda_in_one_statement():
     nulled = re.search(
         r'UPDATE "agendas_agendaprogress" SET "current_execution_id" = NULL[^)]*', batch
     )
-    assert nulled and "FROM d5" in nulled[0]  # the executions this batch deletes
+    assert nulled and "FROM d8" in nulled[0]  # the executions this batch deletes
 
 
 # --- statement counts --------------------------------------------------------------------------
