@@ -97,6 +97,12 @@ class TemplateRunForm(forms.Form):
     link_id = forms.CharField(required=False, max_length=255, label="Link id")
     external_id = forms.CharField(required=False, max_length=255, label="External id")
     priority = forms.IntegerField(required=False, min_value=0, max_value=9, label="Priority (0–9)")
+    version = forms.IntegerField(
+        required=False,
+        min_value=1,
+        label="Template version",
+        help_text="Empty: the latest version.",
+    )
 
     def __init__(self, *args: Any, customers: QuerySet[Customer], **kwargs: Any):
         super().__init__(*args, **kwargs)

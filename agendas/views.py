@@ -250,11 +250,15 @@ def template_detail(request: HttpRequest, template_id: object) -> HttpResponse:
                         link_id=data["link_id"] or None,
                         external_id=data["external_id"] or None,
                         priority=data["priority"],
+                        version=data["version"],
                     )
                     messages.success(request, f"Agenda {agenda.pk} submitted.")
                     return redirect("pages:agenda-detail", agenda_id=agenda.pk)
                 body, problems = agenda_template_preview(
-                    principal=request.user, template=template, payload=data["payload"]
+                    principal=request.user,
+                    template=template,
+                    payload=data["payload"],
+                    version=data["version"],
                 )
                 preview = {"body": pretty_json(body), "problems": problems}
             except ValidationError as error:

@@ -129,7 +129,16 @@ class ScheduleAdminForm(forms.ModelForm):
 @admin.register(Schedule)
 class ScheduleAdmin(OwnedRowAdmin):
     form = ScheduleAdminForm
-    list_display = ["name", "customer", "template", "cron", "timezone", "state", "next_run_at"]
+    list_display = [
+        "name",
+        "customer",
+        "template",
+        "template_version",
+        "cron",
+        "timezone",
+        "state",
+        "next_run_at",
+    ]
     list_filter = ["state", CustomerFilter, "catch_up", "overlap"]
     search_fields = ["name", "cron", "link_id"]
     autocomplete_fields = ["customer"]

@@ -407,3 +407,24 @@ def test_a_template_without_versions_gets_its_first_when_its_body_changes_not_be
 
     assert (described, numbers(template)) == ([], [1])
     assert template.versions.get().agenda == body_with("log")
+
+
+def test_the_schedule_pages_say_which_version_a_schedule_runs(
+    make_template, make_schedule, admin_member
+):
+    from django.test import Client
+
+    template = make_template()
+    agenda_template_update(principal=admin_member.user, template=template, agenda=body_with("log"))
+    pinned = make_schedule(template, name="pinned", template_version=1)
+    following = make_schedule(template, name="following")
+    browser = Client()
+    browser.force_login(admin_member.user)
+
+    pinned_page = browser.get(f"/schedules/{pinned.pk}/").content.decode()
+    following_page = browser.get(f"/schedules/{following.pk}/").content.decode()
+    listing = browser.get("/schedules/").content.decode()
+
+    assert '<dd id="schedule-template-version">version 1 (pinned)</dd>' in pinned_page
+    assert '<dd id="schedule-template-version">the latest</dd>' in following_page
+    assert listing.count('<span class="muted">v1</span>') == 1

@@ -385,3 +385,20 @@ def test_pop_templates_run_with_a_version_and_pop_schedules_pin(client, admin_cl
     assert following[0] == 0 and "the latest version" in following[1]
     assert refused[0] == 2
     assert Schedule.objects.get().template_version is None
+
+
+def test_the_template_page_runs_the_version_asked_for_and_refuses_an_unknown_one(
+    page_client, template, submitter
+):
+    address = reverse("pages:template-detail", args=[template.pk])
+    form = {"payload": '{"url": "u"}', "customer": submitter.customer.pk, "action": "run"}
+
+    response = page_client.post(address, {**form, "version": "1"})
+    refused = page_client.post(address, {**form, "version": "9"})
+
+    assert response.status_code == 302
+    agenda = Agenda.objects.get()
+    assert agenda.template_version == 1
+    assert agenda.operations[0]["type"] == "mediainfo"
+    assert refused.status_code == 200 and "no version 9" in refused.content.decode()
+    assert Agenda.objects.count() == 1
