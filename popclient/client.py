@@ -18,6 +18,7 @@ from popclient.transport import (
     error_from_response,
     without_none,
 )
+from popclient.triggers import encode_event, signed_headers
 
 __all__ = [
     "API_PREFIX",
@@ -241,6 +242,49 @@ class PopClient(ApiSession):
 
     def schedule_runs(self, schedule_id: str, **params: Any) -> Any:
         return self._get(f"schedules/{schedule_id}/runs/", **params)
+
+    # -- triggers -------------------------------------------------------------------------
+
+    def list_triggers(self, **filters: Any) -> Any:
+        return self._get("triggers/", **filters)
+
+    def get_trigger(self, trigger_id: str) -> Any:
+        return self._get(f"triggers/{trigger_id}/")
+
+    def create_trigger(self, **fields: Any) -> Any:
+        """Create an inbound trigger; the answer holds its ``secret``, shown this once."""
+        return self._post("triggers/", without_none(fields))
+
+    def update_trigger(self, trigger_id: str, **fields: Any) -> Any:
+        return self._patch(f"triggers/{trigger_id}/", fields)
+
+    def delete_trigger(self, trigger_id: str) -> None:
+        self._delete(f"triggers/{trigger_id}/")
+
+    def rotate_trigger_secret(self, trigger_id: str) -> Any:
+        return self._post(f"triggers/{trigger_id}/rotate-secret/")
+
+    def trigger_firings(self, trigger_id: str, **params: Any) -> Any:
+        return self._get(f"triggers/{trigger_id}/firings/", **params)
+
+    def fire_trigger(
+        self,
+        trigger_id: str,
+        secret: str,
+        event: Mapping[str, Any],
+        *,
+        idempotency_key: str | None = None,
+    ) -> Any:
+        """Fire a trigger with ``event`` signed by ``secret`` (no API token is sent); a refusal
+        raises like any call. Not retried: see popclient.triggers.fire."""
+        body = encode_event(dict(event))
+        headers = signed_headers(secret, body, idempotency_key=idempotency_key)
+        response = self._http.post(
+            f"{API_PREFIX}/triggers/{trigger_id}/fire/", content=body, headers=headers
+        )
+        if not response.is_success:
+            raise error_from_response(response)
+        return response.json()
 
     # -- callbacks and alerts -----------------------------------------------------------
 

@@ -27,6 +27,7 @@ from scheduling.api.views import (
     QueueViewSet,
     ScheduleViewSet,
 )
+from triggers.api.views import TriggerFireView, TriggerViewSet
 
 
 class Router(DefaultRouter):
@@ -48,6 +49,7 @@ router.register("agendas", AgendaViewSet, basename="agenda")
 router.register("agenda-progress", AgendaProgressViewSet, basename="agenda-progress")
 router.register("operation-progress", OperationProgressViewSet, basename="operation-progress")
 router.register("schedules", ScheduleViewSet, basename="schedule")
+router.register("triggers", TriggerViewSet, basename="trigger")
 router.register("callback-deliveries", CallbackDeliveryViewSet, basename="callback-delivery")
 router.register("queues", QueueViewSet, basename="queue")
 router.register("alerts", AlertViewSet, basename="alert")
@@ -56,6 +58,8 @@ router.register("audit-events", AuditEventViewSet, basename="audit-event")
 urlpatterns = [
     path("auth/token/", AuthTokenView.as_view(), name="auth-token"),
     path("progress-summary/", ProgressSummaryView.as_view(), name="progress-summary"),
+    # Token-less: the HMAC signature is the credential (docs/design.md §5.4).
+    path("triggers/<str:trigger_id>/fire/", TriggerFireView.as_view(), name="trigger-fire"),
     path("", include(router.urls)),
     # Last: any other /api/v1/…/ URL is a JSON 404 (the schema and docs pages, routed after
     # this module in popsite/urls.py, are left alone; no-slash URLs still get APPEND_SLASH).

@@ -7,6 +7,7 @@ from agendas import views as agenda_views
 from audit import views as audit_views
 from popsite import views
 from scheduling import views as scheduling_views
+from triggers import views as trigger_views
 
 app_name = "pages"
 
@@ -31,6 +32,8 @@ urlpatterns = [
         scheduling_views.schedule_action,
         name="schedule-action",
     ),
+    path("triggers/", trigger_views.triggers, name="triggers"),
+    path("triggers/<uuid:trigger_id>/", trigger_views.trigger_detail, name="trigger-detail"),
     path("progress/", agenda_views.progress, name="progress"),
     path("audit/", audit_views.event_list, name="audit"),
 ]

@@ -47,6 +47,7 @@ INSTALLED_APPS = [
     "resourcepools",
     "agendas",
     "scheduling",
+    "triggers",
     "audit",
 ]
 
@@ -168,6 +169,10 @@ REST_FRAMEWORK = {
     "DEFAULT_THROTTLE_RATES": {
         "anon": env.str("POP_THROTTLE_ANON", default="60/minute"),
         "user": env.str("POP_THROTTLE_USER", default="100000/minute"),
+        # The token-less trigger fire endpoint (triggers/api/views.py): per trigger, and per
+        # client address across triggers.
+        "trigger_fire": env.str("POP_THROTTLE_TRIGGER_FIRE", default="600/minute"),
+        "trigger_fire_address": env.str("POP_THROTTLE_TRIGGER_FIRE_ADDRESS", default="1200/minute"),
     },
     "TEST_REQUEST_DEFAULT_FORMAT": "json",
 }
@@ -207,6 +212,10 @@ SPECTACULAR_SETTINGS = {
             "name": "pullers",
             "description": "For workers: lease queued agendas of an insight, report their "
             "progress and outcome (lease token in X-POP-Lease).",
+        },
+        {
+            "name": "triggers",
+            "description": "Inbound triggers: a signed event (HMAC, no token) runs a template.",
         },
         {
             "name": "resource pools",
@@ -331,6 +340,10 @@ POP_ACTIONS_INTERVAL = env.float("POP_ACTIONS_INTERVAL", default=30.0)
 POP_CALLBACK_ALLOW_PRIVATE = env.bool("POP_CALLBACK_ALLOW_PRIVATE", default=False)
 POP_CALLBACK_TIMEOUT = env.float("POP_CALLBACK_TIMEOUT", default=5.0)
 POP_CALLBACK_MAX_ATTEMPTS = env.int("POP_CALLBACK_MAX_ATTEMPTS", default=8)
+# Inbound triggers (docs/design.md §5.4): firings kept per trigger (older ones are deleted as
+# new ones arrive), and how much of each event a firing stores.
+POP_TRIGGER_FIRINGS_KEPT = env.int("POP_TRIGGER_FIRINGS_KEPT", default=1000)
+POP_TRIGGER_EVENT_EXCERPT_BYTES = env.int("POP_TRIGGER_EVENT_EXCERPT_BYTES", default=4096)
 # Callback delivery: backoff (doubling, capped), batch size, threads per batch, round budget.
 POP_CALLBACK_BACKOFF_SECONDS = env.float("POP_CALLBACK_BACKOFF_SECONDS", default=10.0)
 POP_CALLBACK_BACKOFF_CAP_SECONDS = env.float("POP_CALLBACK_BACKOFF_CAP_SECONDS", default=3600.0)

@@ -6,7 +6,16 @@ import sys
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parent.parent
-APPS = ["core", "accounts", "audit", "agendas", "scheduling", "resourcepools", "popsite"]
+APPS = [
+    "core",
+    "accounts",
+    "audit",
+    "agendas",
+    "scheduling",
+    "triggers",
+    "resourcepools",
+    "popsite",
+]
 STATE_MACHINE = ROOT / "agendas" / "states"
 STATE_WRITE = re.compile(
     r"(\.state\s*=[^=]|\bstate\s*=\s*(S|OpState|AgendaProgress\.State|OperationProgress\.State)\.)"
@@ -150,9 +159,19 @@ FLOORS = [
     ("audit read side", ["audit.api", "audit.views", "audit.selectors", "audit.templatetags"]),
     ("agendas", ["agendas"]),
     ("scheduling", ["scheduling"]),
+    ("triggers", ["triggers"]),
     ("popsite (settings, URL confs, pages)", ["popsite"]),
 ]
-HOUSE_APPS = {"core", "audit", "accounts", "resourcepools", "agendas", "scheduling", "popsite"}
+HOUSE_APPS = {
+    "core",
+    "audit",
+    "accounts",
+    "resourcepools",
+    "agendas",
+    "scheduling",
+    "triggers",
+    "popsite",
+}
 
 
 def _floor(module: str) -> int:

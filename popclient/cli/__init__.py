@@ -40,6 +40,8 @@ from popclient.cli import (
     schedules,
     templates,
     tokens,
+    triggers,
+    watching,
     worker,
 )
 from popclient.cli.base import (
@@ -58,7 +60,18 @@ from popclient.errors import PopError, ValidationFailed
 __all__ = ["build_parser", "entry_point", "main"]
 
 # In the order ``pop --help`` lists them.
-COMMAND_GROUPS = (login, agendas, templates, schedules, tokens, queues, progress, worker)
+COMMAND_GROUPS = (
+    login,
+    agendas,
+    templates,
+    schedules,
+    triggers,
+    tokens,
+    queues,
+    progress,
+    watching,
+    worker,
+)
 
 
 def build_parser() -> argparse.ArgumentParser:
@@ -94,7 +107,7 @@ def main(
         return exc.code if isinstance(exc.code, int) else EXIT_USAGE
     out = Output(stdout, stderr, bool(args.json))
     level = logging.WARNING - 10 * min(2, args.verbose)
-    if args.command == "worker":
+    if args.command == "worker" or getattr(args, "directory", None):  # long-running: say what
         level = min(level, logging.INFO)
     logging.basicConfig(
         level=level, stream=stderr, format="%(asctime)s %(levelname)s %(name)s: %(message)s"

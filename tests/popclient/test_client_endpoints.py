@@ -311,6 +311,33 @@ ENDPOINTS = [
     (lambda c: c.resume_schedule(ID), "POST", "schedules/ID/resume/", {}, {}),
     (lambda c: c.trigger_schedule(ID), "POST", "schedules/ID/trigger/", {}, {}),
     (lambda c: c.schedule_runs(ID, limit=5), "GET", "schedules/ID/runs/", None, {"limit": "5"}),
+    # triggers
+    (lambda c: c.list_triggers(limit=5), "GET", "triggers/", None, {"limit": "5"}),
+    (lambda c: c.get_trigger(ID), "GET", "triggers/ID/", None, {}),
+    (
+        lambda c: c.create_trigger(name="n", template=ID),
+        "POST",
+        "triggers/",
+        {"name": "n", "template": ID},
+        {},
+    ),
+    (
+        lambda c: c.update_trigger(ID, enabled=False),
+        "PATCH",
+        "triggers/ID/",
+        {"enabled": False},
+        {},
+    ),
+    (lambda c: c.delete_trigger(ID), "DELETE", "triggers/ID/", None, {}),
+    (lambda c: c.rotate_trigger_secret(ID), "POST", "triggers/ID/rotate-secret/", {}, {}),
+    (lambda c: c.trigger_firings(ID), "GET", "triggers/ID/firings/", None, {}),
+    (
+        lambda c: c.fire_trigger(ID, "s3cret", {"path": "/in/a.mxf"}),
+        "POST",
+        "triggers/ID/fire/",
+        {"path": "/in/a.mxf"},
+        {},
+    ),
     # callbacks, queues, alerts
     (
         lambda c: c.list_callback_deliveries(status="failed"),
@@ -353,7 +380,10 @@ def test_each_method_sends_its_request(call, method, path, body, params):
     assert request.url.path == f"/api/v1/{path}"
     assert dict(request.url.params) == params
     assert server.last_body() == body
-    if path != "auth/token/":
+    if path == "triggers/ID/fire/":  # signed with the trigger's secret instead
+        assert "Authorization" not in request.headers
+        assert request.headers["X-POP-Signature"].startswith("sha256=")
+    elif path != "auth/token/":
         assert request.headers["Authorization"] == "Token secret-token"
 
 

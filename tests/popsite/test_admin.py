@@ -16,7 +16,7 @@ from django.utils import timezone
 from django_q.models import Task
 from django_q.tasks import async_task
 
-from agendas.models import Agenda, AgendaProgress
+from agendas.models import Agenda, AgendaProgress, AgendaTemplate
 from agendas.services import agenda_abort, agenda_pause
 from core.principals import SYSTEM
 from popsite.demo import demo_load
@@ -25,6 +25,8 @@ from scheduling.alerts import alerts_evaluate
 from scheduling.fill import insight_fill
 from scheduling.models import Alert, AlertRule, QueuedAgenda, ReadyAgenda, Schedule
 from scheduling.pull import insight_pull
+from triggers.firing import trigger_fire
+from triggers.services import trigger_create
 
 pytestmark = pytest.mark.django_db
 
@@ -55,6 +57,14 @@ def every_model_has_a_row(operator_client):
     AlertRule.objects.create(
         customer=acme, name="acme backlog", kind=AlertRule.Kind.QUEUE_WAITING, threshold=0
     )
+    trigger = trigger_create(
+        principal=SYSTEM,
+        customer=acme,
+        template=AgendaTemplate.objects.filter(customer=acme).first(),
+        name="acme drop folder",
+        payload_mapping={"url": "@</path>"},
+    )
+    trigger_fire(trigger=trigger, event={"path": "/media/in/clip.mov"})  # a firing row
     worker = get_user_model().objects.get(username="farm-worker")
     for insight in Insight.objects.all():
         insight_fill(insight_id=insight.pk)
