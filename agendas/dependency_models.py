@@ -17,12 +17,14 @@ class AgendaWait(models.Model):
         ABORT = "abort", "abort"
 
     agenda = models.OneToOneField(
-        "agendas.Agenda", on_delete=models.CASCADE, primary_key=True, related_name="wait"
+        "agendas.Agenda",
+        on_delete=models.CASCADE,
+        primary_key=True,
+        related_name="wait",
+        db_constraint=False,  # see AGENDA_SIDE_ROWS in agendas/states/reap.py
     )
     on = models.CharField(max_length=16, choices=On.choices, default=On.SUCCEEDED)
-    on_failure = models.CharField(
-        max_length=16, choices=OnFailure.choices, default=OnFailure.FAIL
-    )
+    on_failure = models.CharField(max_length=16, choices=OnFailure.choices, default=OnFailure.FAIL)
     total = models.PositiveIntegerField()
     # Upstreams not yet in `on`; the release takes it to 0 in the upstream's own transaction.
     remaining = models.PositiveIntegerField()
@@ -50,11 +52,17 @@ class AgendaDependency(models.Model):
     state (succeeded, failed or aborted) while the wait is open."""
 
     waiter = models.ForeignKey(
-        "agendas.Agenda", on_delete=models.CASCADE, related_name="upstream_links"
+        "agendas.Agenda",
+        on_delete=models.CASCADE,
+        related_name="upstream_links",
+        db_constraint=False,  # see AGENDA_SIDE_ROWS in agendas/states/reap.py
     )
     # Its index serves the release: the waiters of one upstream, never a scan.
     upstream = models.ForeignKey(
-        "agendas.Agenda", on_delete=models.CASCADE, related_name="waiter_links"
+        "agendas.Agenda",
+        on_delete=models.CASCADE,
+        related_name="waiter_links",
+        db_constraint=False,  # see AGENDA_SIDE_ROWS in agendas/states/reap.py
     )
     finished_at = models.DateTimeField(null=True, blank=True)
 

@@ -16,7 +16,10 @@ class ReadyAgenda(models.Model):
     """An agenda eligible to be queued; the fill reads these through the fairness index."""
 
     agenda = models.OneToOneField(
-        "agendas.Agenda", on_delete=models.CASCADE, related_name="ready_entry"
+        "agendas.Agenda",
+        on_delete=models.CASCADE,
+        related_name="ready_entry",
+        db_constraint=False,  # see AGENDA_SIDE_ROWS in agendas/states/reap.py
     )
     insight = models.ForeignKey(
         "resourcepools.Insight", on_delete=models.CASCADE, related_name="ready_agendas"
@@ -140,7 +143,10 @@ class QueuedAgenda(models.Model):
     """An agenda in its insight's queue, pulled in `position` order."""
 
     agenda = models.OneToOneField(
-        "agendas.Agenda", on_delete=models.CASCADE, related_name="queue_entry"
+        "agendas.Agenda",
+        on_delete=models.CASCADE,
+        related_name="queue_entry",
+        db_constraint=False,  # see AGENDA_SIDE_ROWS in agendas/states/reap.py
     )
     insight = models.ForeignKey(
         "resourcepools.Insight", on_delete=models.CASCADE, related_name="queued_agendas"
@@ -169,7 +175,10 @@ class CallbackDelivery(models.Model):
 
     id = models.BigAutoField(primary_key=True)
     agenda = models.ForeignKey(
-        "agendas.Agenda", on_delete=models.CASCADE, related_name="callback_deliveries"
+        "agendas.Agenda",
+        on_delete=models.CASCADE,
+        related_name="callback_deliveries",
+        db_constraint=False,  # see AGENDA_SIDE_ROWS in agendas/states/reap.py
     )
     customer = models.ForeignKey(
         "resourcepools.Customer", on_delete=models.CASCADE, related_name="callback_deliveries"

@@ -75,7 +75,12 @@ class TriggerFiring(models.Model):
     status = models.CharField(max_length=20, choices=Status.choices)
     reason = models.TextField(blank=True, default="")
     agenda = models.ForeignKey(
-        "agendas.Agenda", null=True, blank=True, on_delete=models.SET_NULL, related_name="+"
+        "agendas.Agenda",
+        null=True,
+        blank=True,
+        on_delete=models.SET_NULL,
+        related_name="+",
+        db_constraint=False,  # see AGENDA_SIDE_ROWS in agendas/states/reap.py
     )
     cid = models.CharField(max_length=64, blank=True, default="")
 

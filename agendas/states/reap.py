@@ -15,6 +15,27 @@ from agendas.models import Agenda, AgendaProgress
 from agendas.states.machine import TERMINAL
 from resourcepools.models import Customer
 
+# Rows beside an agenda that carry no foreign-key constraint in the database (the field's
+# `db_constraint=False`; Django still cascades them): queue membership, the callback outbox,
+# `after` waits and trigger firings. Every deleted agenda made PostgreSQL probe each table
+# that references agendas at commit — 11 probes per agenda once waits and firings came, most
+# of a reap's time at a million agendas — and every ready or queued row's insert took a key
+# lock on its agenda. Integrity holds without them: the state machine deletes queue rows as
+# an agenda leaves `ready`/`queued` and only terminal agendas are reaped; the reap deletes
+# (or nulls) all of these in its own statement, and tests/scheduling/test_reap_setbased.py
+# checks that no row is left pointing at a reaped agenda (docs/decisions.md).
+AGENDA_SIDE_ROWS: frozenset[tuple[str, str]] = frozenset(
+    {
+        ("ReadyAgenda", "agenda"),
+        ("QueuedAgenda", "agenda"),
+        ("CallbackDelivery", "agenda"),
+        ("AgendaWait", "agenda"),
+        ("AgendaDependency", "waiter"),
+        ("AgendaDependency", "upstream"),
+        ("TriggerFiring", "agenda"),
+    }
+)
+
 # The pick: terminal progress rows in (state, completed_at) order — the index
 # progress_state_completed — from where the last batch ended and only below the cutoff of the
 # shortest TTL (nothing expired: an empty index range), checked against their own customer's

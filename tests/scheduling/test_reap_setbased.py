@@ -14,9 +14,10 @@ from django.db import connection, transaction
 from django.test.utils import CaptureQueriesContext
 from django.utils import timezone
 
+from agendas.dependency_models import AgendaDependency, AgendaWait
 from agendas.models import Agenda, AgendaProgress, Execution, OperationProgress
 from agendas.services import agenda_abort, agenda_pause
-from agendas.states.reap import reap_statement
+from agendas.states.reap import AGENDA_SIDE_ROWS, reap_statement
 from resourcepools.models import Customer
 from scheduling import timed
 from scheduling.models import CallbackDelivery, QueuedAgenda, ReadyAgenda
@@ -317,3 +318,49 @@ def test_an_agenda_whose_progress_is_locked_is_left_for_the_next_reap(submitter,
 
     assert timed.agendas_reap() == 1
     assert Agenda.objects.count() == 0
+
+
+# --- rows beside an agenda without a database constraint --------------------------------------
+
+
+def test_the_rows_beside_an_agenda_without_a_database_constraint_are_exactly_the_listed_ones():
+    from django.apps import apps
+
+    unconstrained = {
+        (model.__name__, field.name)
+        for model in apps.get_models()
+        for field in model._meta.concrete_fields
+        if field.is_relation and field.related_model is Agenda and not field.db_constraint
+    }
+
+    assert unconstrained == AGENDA_SIDE_ROWS
+
+
+@postgres_only
+def test_a_batch_deletes_or_clears_every_row_beside_an_agenda():
+    from django.apps import apps
+
+    batch = reap_statement()
+    for model_name, field_name in AGENDA_SIDE_ROWS:
+        model = next(m for m in apps.get_models() if m.__name__ == model_name)
+        column = model._meta.get_field(field_name).column
+        table = model._meta.db_table
+        assert re.search(rf'DELETE FROM "{table}" WHERE "{column}" = ', batch) or re.search(
+            rf'UPDATE "{table}" SET "{column}" = NULL', batch
+        ), (model_name, field_name)
+
+
+def test_a_reap_leaves_no_wait_of_an_expired_waiter_or_upstream(submitter, finish):
+    with time_machine.travel(timezone.now() - OLD, tick=False):
+        upstream = finish(submitter)
+        waiter = finish(submitter, after={"agendas": [upstream.pk]})
+        young_waiter_of_it = finish(submitter, after={"agendas": [upstream.pk]})
+    AgendaProgress.objects.filter(agenda=young_waiter_of_it).update(completed_at=timezone.now())
+
+    assert timed.agendas_reap() == 2
+
+    assert not Agenda.objects.filter(pk__in=[upstream.pk, waiter.pk]).exists()
+    assert not AgendaWait.objects.filter(agenda_id__in=[upstream.pk, waiter.pk]).exists()
+    assert not AgendaDependency.objects.filter(waiter_id=waiter.pk).exists()
+    assert not AgendaDependency.objects.filter(upstream_id=upstream.pk).exists()
+    assert AgendaWait.objects.filter(agenda=young_waiter_of_it).exists()
