@@ -2,6 +2,9 @@
 
 import logging
 import time
+import zlib
+from collections.abc import Iterator
+from contextlib import contextmanager
 from dataclasses import dataclass
 
 from django.conf import settings
@@ -16,8 +19,12 @@ from resourcepools.models import Insight, Membership
 from resourcepools.selectors import Principal, require_role
 from scheduling import metrics
 from scheduling.fill import insight_fill
+from scheduling.locks import database_is_postgresql
 
 logger = logging.getLogger("pop.scheduling")
+# First key of the advisory lock the checks of one pull request take turns with (the others
+# are in scheduling/locks.py).
+PULL_REQUEST_LOCK_NAMESPACE = 0x504F5052  # "POPR"
 MAX_PULL_COUNT = 100
 MAX_WAIT_SECONDS = 20.0
 
@@ -66,7 +73,10 @@ def insight_pull(
     between checks, so a thousand idle pullers hold no connections.
 
     With a `request_id`, a pull repeated with the same id by the same user (its answer was
-    lost) gets the executions the first one leased, still open, instead of new ones.
+    lost) gets the executions the first one leased, still open, instead of new ones; also when
+    the first is still long-polling as the repeat arrives (the client gave up on it): the checks
+    of pulls with one id take turns, each looking for the other's leases first, so two pulls of
+    one request never lease two sets (tests/faults/test_lost_pull_answers.py).
     """
     require_role(principal, insight.resource_pool.owner_id, Membership.Role.WORKER)
     if not 1 <= count <= MAX_PULL_COUNT:
@@ -74,10 +84,6 @@ def insight_pull(
     if not 0 <= wait_seconds <= MAX_WAIT_SECONDS:
         raise ValidationError({"wait_seconds": [f"Must be between 0 and {MAX_WAIT_SECONDS:g}."]})
     pull_request = f"{principal.pk}:{request_id}" if request_id else ""
-    if pull_request:
-        again = pulled_before(insight=insight, pull_request=pull_request)
-        if again:
-            return again
     deadline = time.monotonic() + wait_seconds
     pause = float(getattr(settings, "POP_PULL_POLL_SECONDS", 0.05))
     while True:
@@ -87,6 +93,11 @@ def insight_pull(
         left = deadline - time.monotonic()
         if pulled or left <= 0:
             metrics.PULLS.labels(insight.name).inc()
+            if not pulled and wait_seconds and not connection.in_atomic_block:
+                # An idle puller's thread keeps no connection either: otherwise every thread a
+                # crowd of long-polls passed through holds one (CONN_MAX_AGE) after the crowd
+                # left, and the server stays full (tests/faults/test_connection_squeeze.py).
+                connection.close()
             return pulled
         if not connection.in_atomic_block:
             connection.close()
@@ -127,6 +138,35 @@ def _with_operations(claimed: list[tuple[AgendaProgress, Execution]]) -> list[Pu
 def insight_pull_once(
     *, insight: Insight, worker: str, count: int, pull_request: str = ""
 ) -> list[PulledAgenda]:
+    """One check of a pull: the executions already leased under `pull_request` if there are
+    any, else a claim (`_claim`). Checks of one pull request take turns."""
+    with _taking_turns(pull_request):
+        if pull_request:
+            again = pulled_before(insight=insight, pull_request=pull_request)
+            if again:
+                return again
+        return _claim(insight=insight, worker=worker, count=count, pull_request=pull_request)
+
+
+@contextmanager
+def _taking_turns(pull_request: str) -> Iterator[None]:
+    """Hold a session-level advisory lock on `pull_request` (none without one, or on SQLite,
+    whose write transactions take turns anyway); released at the end, or with the connection
+    if the database goes away meanwhile."""
+    if not pull_request or not database_is_postgresql():
+        yield
+        return
+    key = [PULL_REQUEST_LOCK_NAMESPACE, zlib.crc32(pull_request.encode()) - 2**31]
+    with connection.cursor() as cursor:
+        cursor.execute("SELECT pg_advisory_lock(%s, %s)", key)
+    try:
+        yield
+    finally:
+        with connection.cursor() as cursor:
+            cursor.execute("SELECT pg_advisory_unlock(%s, %s)", key)
+
+
+def _claim(*, insight: Insight, worker: str, count: int, pull_request: str) -> list[PulledAgenda]:
     """One claim: lease up to `count` agendas in queue order, then read their operations.
 
     The claim (`states.queue_claim_outcome`) locks the claimed queue and progress rows, and

@@ -4,8 +4,10 @@ to run twice at once. How the sub-minute periods run: see scheduling/recurring.p
 
 import logging
 import time
+import uuid
 
 from django.conf import settings
+from django.core.cache import cache
 from django.db import InterfaceError, OperationalError, close_old_connections, connection
 from django.utils.module_loading import import_string
 from django_q.models import Schedule as QSchedule
@@ -124,9 +126,11 @@ def ticker(generation: str | None = None, due: dict[str, float] | None = None) -
         return "superseded"
     entries = ticked()
     due = dict(due or {})
+    link = uuid.uuid4().hex
     while True:
         if not connection.in_atomic_block:
             close_old_connections()  # honour CONN_MAX_AGE and drop broken connections
+        ticker_beat(link)
         now = time.time()
         for entry in entries:
             if now >= due.get(entry.name, 0.0):
@@ -140,12 +144,92 @@ def ticker(generation: str | None = None, due: dict[str, float] | None = None) -
         if current is not None and current != generation:
             return "superseded"
     # The next link must be enqueued whatever the database just went through: a chain that
-    # ends here stops promote, reclaim and the fills until the minute schedule restarts one.
+    # ends here stops promote, reclaim and the fills until the minute schedule restarts one;
+    # unless another chain has beaten since this link last did (this one was given up for
+    # dead during an outage and replaced): then two would run on, each holding a task worker.
+    if _another_chain_beats(link):
+        return "superseded"
     enqueued = _through_outages(
         lambda: async_task(TICKER_FUNC, generation, due, group=TICKER_NAME) or True,
         until=time.time() + TICKER_ENQUEUE_SECONDS,
     )
     return "renewed" if enqueued else "broken"
+
+
+# The chain's heartbeat (docs/design.md §8.1): every link writes it at least every
+# TICKER_BEAT_SECONDS while it runs, in the shared cache; a chain silent for a link's length
+# died with its cluster, and `ticker_revive` (run by every cluster's task-queue reader,
+# scheduling/q_broker.py) starts a new one instead of leaving promote, reclaim and the fills
+# stopped until the minute schedule spawns the next ticker (up to a minute and a half).
+TICKER_BEAT_KEY = "pop-ticker-beat"
+TICKER_BEAT_SECONDS = 1.0
+_last_beat = {"link": "", "at": 0.0}  # this process's last beat written
+
+
+def ticker_beat(link: str) -> None:
+    """Say the chain is alive: {"at", "link"} (at most once a TICKER_BEAT_SECONDS per link)."""
+    now = time.time()
+    if _last_beat["link"] == link and now - _last_beat["at"] < TICKER_BEAT_SECONDS:
+        return
+    try:
+        cache.set(TICKER_BEAT_KEY, {"at": now, "link": link}, timeout=None)
+        _last_beat.update(link=link, at=now)
+    except Exception as error:  # a beat lost to an outage must not stop the link's work
+        logger.warning("ticker: heartbeat not written (%s)", error)
+
+
+def _beat_at(beat: object) -> float | None:
+    if isinstance(beat, dict):
+        return float(beat.get("at") or 0.0)
+    return float(beat) if isinstance(beat, int | float) else None
+
+
+def _another_chain_beats(link: str) -> bool:
+    """Whether the last beat is another link's, newer than this link's own last one."""
+    try:
+        beat = cache.get(TICKER_BEAT_KEY)
+    except Exception:  # unknown: carry on, as before the heartbeat existed
+        return False
+    mine = _last_beat["at"] if _last_beat["link"] == link else 0.0
+    other = isinstance(beat, dict) and beat.get("link") != link
+    return bool(other and mine and (_beat_at(beat) or 0.0) > mine)
+
+
+def ticker_stale_seconds() -> float:
+    """How long the chain may be silent before it counts as dead: one link (at least 3 s)."""
+    return max(3.0, float(getattr(settings, "POP_TICKER_LINK_SECONDS", 10.0)))
+
+
+def ticker_revive() -> bool:
+    """Start a new ticker chain when the registered one has not beaten for
+    `ticker_stale_seconds` (the cluster running it died); True when it started one.
+
+    One process decides at a time (a single-flight lock) and counts the new chain as alive at
+    once, so the clusters start one chain, not one each. A chain only slow to be picked up
+    (every task worker busy, or a link retrying through an outage) gets a twin for a link:
+    the one whose beat is older stops at its link's end (`_another_chain_beats`), and each
+    timed process is safe to run twice at once meanwhile (scheduling/recurring.py).
+    A cache that has never seen a beat (a fresh start: `pop_schedules` queued a ticker) is
+    given one link's time first.
+    """
+    stale = ticker_stale_seconds()
+    beat_at = _beat_at(cache.get(TICKER_BEAT_KEY))
+    if beat_at is None:
+        cache.add(TICKER_BEAT_KEY, {"at": time.time(), "link": ""}, timeout=None)
+        return False
+    if time.time() - beat_at < stale:
+        return False
+    if not QSchedule.objects.filter(name=TICKER_NAME).exists():
+        return False  # not registered (`pop_schedules` never ran): nothing to keep alive
+    with single_flight("ticker-revive") as mine:
+        beat_at = _beat_at(cache.get(TICKER_BEAT_KEY))
+        if not mine or (beat_at is not None and time.time() - beat_at < stale):
+            return False
+        cache.set(TICKER_BEAT_KEY, {"at": time.time(), "link": "revived"}, timeout=None)
+        async_task(TICKER_FUNC, group=TICKER_NAME)
+    silent = time.time() - (beat_at or 0.0)
+    logger.warning("ticker: no heartbeat for %.0f s; started a new chain", silent)
+    return True
 
 
 # How long a link keeps trying to enqueue the next one through a database outage (well inside

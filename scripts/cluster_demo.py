@@ -17,7 +17,8 @@ At the end it checks, and exits non-zero unless all hold:
   attempt; the summary counts those.)
 
 This module is also the workers' handler module (`pop worker --handlers cluster_demo`): the
-`demo` operation type appends one line per run to the file named by POP_DEMO_RUNLOG.
+`demo` operation type appends a line when a run starts and one when it ends to the file named by
+POP_DEMO_RUNLOG (the fault-injection suite, tests/faults/, uses it too).
 """
 
 from __future__ import annotations
@@ -31,13 +32,24 @@ RUNLOG_ENV = "POP_DEMO_RUNLOG"
 
 
 def demo_handler(payload, ctx):
-    """Record the run (one O_APPEND write, atomic for a short line), then succeed."""
+    """Record the run's start, wait `seconds` (cut short when the run is cancelled: its lease
+    was lost, the agenda aborted), record its end, then succeed. Each record is one O_APPEND
+    write, atomic for a short line; `verify` and tests/faults/invariants.py read them."""
+    _record(ctx, event="start")
+    delay = float((payload or {}).get("seconds", 0))
+    cancelled = ctx.sleep(delay) if delay else ctx.cancelled.is_set()
+    _record(ctx, event="end", cancelled=cancelled)
+    return {"ok": True, "operation": ctx.operation_name}
+
+
+def _record(ctx, **fields) -> None:
     line = json.dumps(
         {
             "agenda": ctx.agenda_id,
             "operation": ctx.operation_name,
             "worker": os.environ.get("POP_DEMO_WORKER", ""),
             "at": time.time(),
+            **fields,
         }
     )
     fd = os.open(os.environ[RUNLOG_ENV], os.O_WRONLY | os.O_APPEND | os.O_CREAT, 0o644)
@@ -45,10 +57,6 @@ def demo_handler(payload, ctx):
         os.write(fd, (line + "\n").encode())
     finally:
         os.close(fd)
-    delay = float((payload or {}).get("seconds", 0))
-    if delay:
-        time.sleep(delay)
-    return {"ok": True, "operation": ctx.operation_name}
 
 
 HANDLERS = {"demo": demo_handler}
@@ -377,6 +385,7 @@ def verify(dbname, runlog, agendas, killed, pulled_twice, state_counts) -> dict:
     runs: dict[tuple[str, str], list[str]] = {}  # (execution, operation) -> run times
     unattributed = 0
     lines = runlog.read_text().splitlines() if runlog.exists() else []
+    lines = [line for line in lines if json.loads(line).get("event") != "end"]
     for line in lines:
         run = json.loads(line)
         candidates = [
