@@ -115,6 +115,11 @@ class ReadOnlyMixin:
     def has_change_permission(self, request: HttpRequest, obj: object = None) -> bool:
         return False
 
+    def has_delete_permission(self, request: HttpRequest, obj: object = None) -> bool:
+        # An agenda leaves by the reap once it ended, or with its customer: a delete here
+        # would skip the state machine (an agenda waiting for it would wait forever).
+        return False
+
 
 def pretty_json(value: Any) -> SafeString:
     """A JSON value indented over several lines, escaped, in a <pre>."""

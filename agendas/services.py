@@ -18,6 +18,7 @@ from django.utils import timezone
 from agenda_language.dependencies import operation_dependencies, operations_to_reset
 from agendas import states
 from agendas.models import Agenda, AgendaProgress, AgendaTemplate, OperationProgress
+from agendas.states.waits import AfterAsked, AfterResolver, after_check
 from agendas.validation import validate_agenda_options, validate_operations
 from audit.services import audit_record, audit_record_bulk
 from core.errors import validation_messages
@@ -105,7 +106,7 @@ def agenda_submit(
         link_id=link_id,
         cid=cid,
     )
-    upstreams = states.after_resolve(principal=principal, customer=customer, after=after)
+    upstreams = states.after_resolve(customer=customer, after=after)
     try:
         with transaction.atomic():
             agenda.save(force_insert=True)
@@ -466,7 +467,9 @@ def _bulk_plan(
     """Check every item in Python; return the results, the (agenda, run_after, do_not_run)
     entries to write and the checked `after` of those that wait (by agenda id). Reads: the
     caller's customer (once), the earlier agendas of the items' idempotency keys (once), each
-    customer's insight candidates (once per customer) and each `after`'s agendas."""
+    customer's insight candidates (once per customer) and the items' `after`s (`AfterResolver`:
+    their ids once, their link ids once, the upstreams' waiters once; its request-wide bounds
+    refuse the whole request)."""
     fields = [_bulk_item(item) for item in items]
     checked: dict[object, Customer | dict[str, list[str]]] = {}
     customers: list[Customer | dict[str, list[str]]] = []
@@ -488,6 +491,19 @@ def _bulk_plan(
             if item["idempotency_key"] and isinstance(customer, Customer)
         }
     )
+    asked: list[AfterAsked | None | ValidationError] = []
+    for item, customer in zip(fields, customers, strict=True):
+        try:
+            asked.append(after_check(item["after"]) if isinstance(customer, Customer) else None)
+        except ValidationError as error:  # the item's own error, once its operations pass
+            asked.append(error)
+    resolver = AfterResolver(
+        [
+            (customer, after)
+            for customer, after in zip(customers, asked, strict=True)
+            if isinstance(after, AfterAsked)
+        ]
+    )
     candidates: dict[object, list[InsightCandidate]] = {}
 
     def candidates_of(customer: Customer) -> Callable[[], list[InsightCandidate]]:
@@ -501,7 +517,7 @@ def _bulk_plan(
     results: list[BulkResult] = []
     new: list[tuple[Agenda, datetime | None, bool]] = []
     afters: dict[object, states.After] = {}
-    for item, customer in zip(fields, customers, strict=True):
+    for item, customer, after_asked in zip(fields, customers, asked, strict=True):
         if not isinstance(customer, Customer):
             results.append(customer)
             continue
@@ -530,9 +546,9 @@ def _bulk_plan(
                 link_id=item["link_id"],
                 cid=cid,
             )
-            after = states.after_resolve(
-                principal=principal, customer=customer, after=item["after"]
-            )
+            if isinstance(after_asked, ValidationError):
+                raise after_asked
+            after = None if after_asked is None else resolver.resolve(customer, after_asked)
         except ValidationError as error:
             results.append(_bulk_errors(error))
             continue
@@ -542,6 +558,7 @@ def _bulk_plan(
             by_key[customer.pk, key] = agenda
         results.append(agenda)
         new.append((agenda, item["run_after"], item["do_not_run"]))
+    AfterResolver.check(afters.values())
     return results, new, afters
 
 

@@ -171,7 +171,7 @@ def _waiting_for_agendas(progress: AgendaProgress) -> WaitingReason | None:
     wait = AgendaWait.objects.filter(agenda_id=progress.agenda_id, ended_at__isnull=True).first()
     if wait is None:
         return None
-    upstreams = _upstreams_open(progress.agenda_id)
+    upstreams = _upstreams_open(progress.agenda_id, progress.customer_id)
     noun = "agenda" if wait.remaining == 1 else "agendas"
     return WaitingReason(
         "waiting_for_agendas",
@@ -187,9 +187,13 @@ def _waiting_for_agendas(progress: AgendaProgress) -> WaitingReason | None:
     )
 
 
-def _upstreams_open(agenda_id: object) -> list[object]:
+def _upstreams_open(agenda_id: object, customer_id: object) -> list[object]:
+    # Upstreams are the waiter's customer's (states.waits.AfterResolver); the filter keeps
+    # any other out of what the waiter's readers see.
     return list(
-        AgendaDependency.objects.filter(waiter_id=agenda_id, finished_at__isnull=True)
+        AgendaDependency.objects.filter(
+            waiter_id=agenda_id, finished_at__isnull=True, upstream__customer_id=customer_id
+        )
         .order_by("upstream_id")
         .values_list("upstream_id", flat=True)[:UPSTREAMS_LISTED]
     )
@@ -198,12 +202,14 @@ def _upstreams_open(agenda_id: object) -> list[object]:
 def agenda_after(agenda: Agenda) -> dict | None:
     """What the agenda waits (or waited) for, bounded: None when it was submitted without
     `after`; else its rule, the count left, when the wait ended, and the first agendas it waits
-    for with their states."""
+    for with their states (only ever its own customer's agendas)."""
     wait = AgendaWait.objects.filter(agenda_id=agenda.pk).first()
     if wait is None:
         return None
     rows = (
-        AgendaDependency.objects.filter(waiter_id=agenda.pk)
+        AgendaDependency.objects.filter(
+            waiter_id=agenda.pk, upstream__customer_id=agenda.customer_id
+        )
         .order_by("upstream_id")
         .values_list("upstream_id", "upstream__progress__state", "finished_at")[:UPSTREAMS_LISTED]
     )

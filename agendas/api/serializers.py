@@ -77,7 +77,8 @@ class AgendaAfterSerializer(serializers.Serializer):
         child=serializers.UUIDField(),
         required=False,
         max_length=MAX_UPSTREAMS,
-        help_text=f"Ids of agendas you can see; with link_ids at most {MAX_UPSTREAMS} agendas.",
+        help_text="Ids of the submitting customer's agendas; with link_ids at most "
+        f"{MAX_UPSTREAMS} agendas.",
     )
     link_ids = serializers.ListField(
         child=serializers.CharField(max_length=255),

@@ -7,7 +7,9 @@ reaches `on`, and becomes `ready` in that upstream's own transaction: entering a
 runs `waits_release` (registered in `machine.FINISH_HOOKS`). An upstream that fails or is
 aborted while `on` is succeeded fails the waiter (aborts it with `on_failure: abort`) with a
 message naming it; that is a terminal state too, so the agendas waiting for the waiter move on
-in the same loop, never by recursion.
+in the same loop, never by recursion. Upstreams are agendas of the waiter's own customer, at
+most `MAX_WAITERS` wait for one, and one request writes at most `MAX_REQUEST_DEPENDENCIES`
+(`AfterResolver`).
 
 Locks: every writer of a wait row holds its waiter's progress row first. The release locks the
 waiters' progress rows in pk order, then reads their waits, so concurrent finishers of one
@@ -20,14 +22,14 @@ finish unseen in between.
 
 import uuid
 from collections import Counter
-from collections.abc import Mapping, Sequence
+from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from datetime import datetime
 from typing import Any
 
 from django.core.exceptions import ValidationError
 from django.db import connection
-from django.db.models import Case, TextField, Value, When
+from django.db.models import Case, Count, Q, TextField, Value, When
 
 from agendas.models import (
     Agenda,
@@ -47,13 +49,17 @@ from agendas.states.machine import (
     progress_create_many,
 )
 from resourcepools.models import Customer
-from resourcepools.selectors import Principal, customer_ids_with_role, principal_is_staff
 
 On = AgendaWait.On
 OnFailure = AgendaWait.OnFailure
 # Bounds of what a submitter may ask to wait for.
 MAX_UPSTREAMS = 1000
 MAX_LINK_IDS = 100
+# Dependencies one request may write: one submit, or the items of a bulk submit together.
+MAX_REQUEST_DEPENDENCIES = 1000
+# Agendas that may wait at once for one agenda: its release moves them all in its own
+# transaction. A waiter that ended (aborted) counts until that agenda ends too.
+MAX_WAITERS = 100
 # Ids named in messages and in the waiting reason's detail.
 LISTED = 20
 AFTER_FIELDS = ("agendas", "link_ids", "on", "on_failure")
@@ -61,11 +67,22 @@ AFTER_FIELDS = ("agendas", "link_ids", "on", "on_failure")
 
 @dataclass(frozen=True)
 class After:
-    """A checked `after`: the upstream agendas (seen by the submitter) and what to wait for."""
+    """A checked `after`: the upstream agendas (the submitting customer's) and what to wait
+    for."""
 
     upstream_ids: tuple[uuid.UUID, ...]
     on: str = On.SUCCEEDED
     on_failure: str = OnFailure.FAIL
+
+
+@dataclass(frozen=True)
+class AfterAsked:
+    """An `after` of the right shape, not yet resolved to agendas."""
+
+    ids: tuple[uuid.UUID, ...]
+    link_ids: tuple[str, ...]
+    on: str
+    on_failure: str
 
 
 def waiting_message(remaining: int) -> str:
@@ -80,12 +97,19 @@ def _listed(values: Sequence[object]) -> str:
 # --- Submit: check, resolve, write ---------------------------------------------------------
 
 
-def after_resolve(
-    *, principal: Principal, customer: Customer, after: Mapping[str, Any] | None
-) -> After | None:
-    """Check `after` and resolve it to upstream agenda ids, or raise a ValidationError naming
-    `after.<field>`. `agendas` must be agendas the principal can see (another customer's id is
-    refused like a missing one); `link_ids` name the submitting customer's agendas."""
+def after_resolve(*, customer: Customer, after: Mapping[str, Any] | None) -> After | None:
+    """Check one submit's `after` and resolve it to upstream agenda ids, or raise a
+    ValidationError naming `after.<field>` (`AfterResolver` for the rules)."""
+    asked = after_check(after)
+    if asked is None:
+        return None
+    resolved = AfterResolver([(customer, asked)]).resolve(customer, asked)
+    AfterResolver.check([resolved])
+    return resolved
+
+
+def after_check(after: Mapping[str, Any] | None) -> AfterAsked | None:
+    """The shape of `after`, read without a query, or a ValidationError naming the field."""
     if after is None:
         return None
     if not isinstance(after, Mapping):
@@ -101,23 +125,17 @@ def after_resolve(
         raise ValidationError(
             {"after.on_failure": [f"Must be one of {', '.join(OnFailure.values)}."]}
         )
-    ids = _visible_ids(principal, _uuids(after.get("agendas")))
-    linked = _linked_ids(customer, _link_ids(after.get("link_ids")))
-    upstream_ids = tuple(dict.fromkeys([*ids, *linked]))
-    if not upstream_ids:
+    ids, link_ids = _uuids(after.get("agendas")), _link_ids(after.get("link_ids"))
+    if not ids and not link_ids:
         raise ValidationError(
             {"after": ["Name at least one agenda to wait for, in agendas or link_ids."]}
         )
-    if len(upstream_ids) > MAX_UPSTREAMS:
-        raise ValidationError(
-            {"after": [f"Wait for at most {MAX_UPSTREAMS} agendas; these are {len(upstream_ids)}."]}
-        )
-    return After(upstream_ids=upstream_ids, on=on, on_failure=on_failure)
+    return AfterAsked(ids=ids, link_ids=link_ids, on=on, on_failure=on_failure)
 
 
-def _uuids(values: Any) -> list[uuid.UUID]:
+def _uuids(values: Any) -> tuple[uuid.UUID, ...]:
     if values is None:
-        return []
+        return ()
     if not isinstance(values, list | tuple) or len(values) > MAX_UPSTREAMS:
         raise ValidationError(
             {"after.agendas": [f"A list of at most {MAX_UPSTREAMS} agenda ids is required."]}
@@ -128,12 +146,12 @@ def _uuids(values: Any) -> list[uuid.UUID]:
             ids.append(value if isinstance(value, uuid.UUID) else uuid.UUID(str(value)))
         except ValueError:
             raise ValidationError({"after.agendas": [f"Not an agenda id: {value!r}."]}) from None
-    return list(dict.fromkeys(ids))
+    return tuple(dict.fromkeys(ids))
 
 
-def _link_ids(values: Any) -> list[str]:
+def _link_ids(values: Any) -> tuple[str, ...]:
     if values is None:
-        return []
+        return ()
     if not isinstance(values, list | tuple) or len(values) > MAX_LINK_IDS:
         raise ValidationError(
             {"after.link_ids": [f"A list of at most {MAX_LINK_IDS} link ids is required."]}
@@ -142,47 +160,124 @@ def _link_ids(values: Any) -> list[str]:
         raise ValidationError(
             {"after.link_ids": ["Each link id is a text of 1 to 255 characters."]}
         )
-    return list(dict.fromkeys(values))
+    return tuple(dict.fromkeys(values))
 
 
-def _visible_ids(principal: Principal, ids: list[uuid.UUID]) -> list[uuid.UUID]:
-    if not ids:
-        return []
-    rows = Agenda.objects.filter(pk__in=ids)
-    if not principal_is_staff(principal):
-        rows = rows.filter(customer_id__in=customer_ids_with_role(principal))
-    found = set(rows.values_list("pk", flat=True))
-    missing = [agenda_id for agenda_id in ids if agenda_id not in found]
-    if missing:
-        # A foreign id is answered exactly like a missing one: nothing tells them apart.
-        raise ValidationError(
-            {"after.agendas": [f"No agenda you can see has id {_listed(missing)}."]}
-        )
-    return ids
-
-
-def _linked_ids(customer: Customer, link_ids: list[str]) -> list[uuid.UUID]:
-    if not link_ids:
-        return []
-    rows = list(
-        Agenda.objects.filter(customer=customer, link_id__in=link_ids)
-        .order_by()
-        .values_list("pk", "link_id")[: MAX_UPSTREAMS + 1]
+def _too_many(field: str, count: str) -> ValidationError:
+    return ValidationError(
+        {
+            field: [
+                f"This request would wait for {count} agendas in all (every item's after "
+                f"counts); one request may wait for at most {MAX_REQUEST_DEPENDENCIES}."
+            ]
+        }
     )
-    if len(rows) > MAX_UPSTREAMS:
-        raise ValidationError(
-            {"after.link_ids": [f"These link ids name more than {MAX_UPSTREAMS} agendas."]}
+
+
+class AfterResolver:
+    """Resolves the `after`s of one request (one submit, or the items of a bulk submit) with one
+    query for all their agenda ids and one for all their link ids, whatever the number of
+    items. An agenda waits only for agendas of its own customer: another customer's id is
+    answered exactly like a missing one, and link ids name the customer's agendas with them.
+    The request may name at most `MAX_REQUEST_DEPENDENCIES` agendas in all; `check` then
+    bounds the waiters of each upstream with one more query. Any of these request-wide bounds
+    refuses the whole request; a missing id or link id refuses only its item."""
+
+    def __init__(self, asked: Sequence[tuple[Customer, AfterAsked]]) -> None:
+        # A lower bound of the dependencies asked: each id is one, each link id at least one.
+        named = sum(max(len(after.ids), len(after.link_ids)) for _, after in asked)
+        if named > MAX_REQUEST_DEPENDENCIES:
+            raise _too_many("after", f"at least {named}")
+        ids = {agenda_id for _, after in asked for agenda_id in after.ids}
+        self._owner = dict(
+            Agenda.objects.filter(pk__in=ids).values_list("pk", "customer_id") if ids else ()
         )
-    unmatched = [link_id for link_id in link_ids if link_id not in {row[1] for row in rows}]
-    if unmatched:
-        raise ValidationError(
-            {
-                "after.link_ids": [
-                    f"Customer {customer.slug} has no agenda with link id {_listed(unmatched)}."
-                ]
-            }
+        links: dict[object, set[str]] = {}
+        for customer, after in asked:
+            links.setdefault(customer.pk, set()).update(after.link_ids)
+        wanted = Q()
+        for customer_id, link_ids in links.items():
+            if link_ids:
+                wanted |= Q(customer_id=customer_id, link_id__in=sorted(link_ids))
+        rows = list(
+            Agenda.objects.filter(wanted)
+            .order_by()
+            .values_list("pk", "customer_id", "link_id")[: MAX_REQUEST_DEPENDENCIES + 1]
+            if wanted
+            else ()
         )
-    return [agenda_id for agenda_id, _ in rows]
+        if len(rows) > MAX_REQUEST_DEPENDENCIES:
+            # Each row is some item's: the request names more agendas than it may wait for.
+            raise _too_many("after.link_ids", f"more than {MAX_REQUEST_DEPENDENCIES}")
+        self._linked: dict[tuple[object, str], list[uuid.UUID]] = {}
+        for agenda_id, customer_id, link_id in rows:
+            self._linked.setdefault((customer_id, link_id), []).append(agenda_id)
+
+    def resolve(self, customer: Customer, asked: AfterAsked) -> After:
+        """The item's upstream agendas, or a ValidationError naming the ids or link ids that
+        name none of the customer's agendas."""
+        missing = [i for i in asked.ids if self._owner.get(i) != customer.pk]
+        if missing:
+            # A foreign id is answered exactly like a missing one: nothing tells them apart.
+            raise ValidationError(
+                {
+                    "after.agendas": [
+                        f"Customer {customer.slug} has no agenda with id {_listed(missing)}."
+                    ]
+                }
+            )
+        unmatched = [i for i in asked.link_ids if (customer.pk, i) not in self._linked]
+        if unmatched:
+            raise ValidationError(
+                {
+                    "after.link_ids": [
+                        f"Customer {customer.slug} has no agenda with link id {_listed(unmatched)}."
+                    ]
+                }
+            )
+        linked = [a for link_id in asked.link_ids for a in self._linked[customer.pk, link_id]]
+        upstream_ids = tuple(dict.fromkeys([*asked.ids, *linked]))
+        if len(upstream_ids) > MAX_UPSTREAMS:
+            raise ValidationError(
+                {
+                    "after": [
+                        f"Wait for at most {MAX_UPSTREAMS} agendas; these are {len(upstream_ids)}."
+                    ]
+                }
+            )
+        return After(upstream_ids=upstream_ids, on=asked.on, on_failure=asked.on_failure)
+
+    @staticmethod
+    def check(afters: Iterable[After]) -> None:
+        """The request-wide bounds of the resolved `after`s about to be written: at most
+        `MAX_REQUEST_DEPENDENCIES` dependencies, and at most `MAX_WAITERS` open waiters per
+        upstream, counting those already there (one grouped count). Checked before the write;
+        concurrent submits for one upstream may together pass `MAX_WAITERS` by their own
+        few."""
+        asked = Counter(upstream for after in afters for upstream in after.upstream_ids)
+        total = sum(asked.values())
+        if total > MAX_REQUEST_DEPENDENCIES:
+            raise _too_many("after", str(total))
+        if not asked:
+            return
+        waiting = dict(
+            AgendaDependency.objects.filter(upstream_id__in=list(asked), finished_at__isnull=True)
+            .order_by()
+            .values("upstream_id")
+            .annotate(count=Count("pk"))
+            .values_list("upstream_id", "count")
+        )
+        over = sorted(str(u) for u, n in asked.items() if waiting.get(u, 0) + n > MAX_WAITERS)
+        if over:
+            raise ValidationError(
+                {
+                    "after.agendas": [
+                        f"At most {MAX_WAITERS} agendas may wait for one agenda at a time (an "
+                        f"aborted waiter counts until that agenda ends); agenda {_listed(over)} "
+                        "would have more."
+                    ]
+                }
+            )
 
 
 @dataclass(frozen=True)

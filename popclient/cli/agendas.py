@@ -60,7 +60,7 @@ def register(commands: Any, common: argparse.ArgumentParser) -> None:
         action="append",
         default=[],
         metavar="ID",
-        help="stay pending until this agenda succeeds (repeatable)",
+        help="stay pending until this agenda (of the same customer) succeeds (repeatable)",
     )
     submit.add_argument(
         "--after-link",

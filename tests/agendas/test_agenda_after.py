@@ -251,7 +251,7 @@ def test_another_customers_agenda_is_refused_like_a_missing_one(
         [message] = raised.value.message_dict["after.agendas"]
         messages.append(message.replace(str(agenda_id), "ID"))
 
-    assert messages[0] == messages[1] == "No agenda you can see has id ID."
+    assert messages[0] == messages[1] == "Customer acme has no agenda with id ID."
     assert Agenda.objects.count() == before
     _nothing_submitted()
 

@@ -66,7 +66,9 @@ def test_submit_after_another_customers_agenda_is_400_like_a_missing_one(
     )
 
     assert response.status_code == 400
-    assert response.json()["after.agendas"] == [f"No agenda you can see has id {foreign.pk}."]
+    assert response.json()["after.agendas"] == [
+        f"Customer acme has no agenda with id {foreign.pk}."
+    ]
     assert Agenda.objects.count() == before
     assert AgendaWait.objects.count() == AgendaDependency.objects.count() == 0
 
