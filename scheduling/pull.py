@@ -3,8 +3,6 @@
 import logging
 import time
 import zlib
-from collections.abc import Iterator
-from contextlib import contextmanager
 from dataclasses import dataclass
 
 from django.conf import settings
@@ -139,31 +137,30 @@ def insight_pull_once(
     *, insight: Insight, worker: str, count: int, pull_request: str = ""
 ) -> list[PulledAgenda]:
     """One check of a pull: the executions already leased under `pull_request` if there are
-    any, else a claim (`_claim`). Checks of one pull request take turns."""
-    with _taking_turns(pull_request):
-        if pull_request:
-            again = pulled_before(insight=insight, pull_request=pull_request)
-            if again:
-                return again
+    any, else a claim (`_claim`).
+
+    Checks of one pull request take turns: each runs in one transaction that first takes a
+    transaction-scoped advisory lock on the request (so it holds under PgBouncer's transaction
+    pooling too), looks for the other's leases, and claims — its inline fills included — only
+    when there are none. Checks without a request id take no lock and commit the claim and
+    each fill apart."""
+    if not pull_request:
+        return _claim(insight=insight, worker=worker, count=count, pull_request="")
+    with transaction.atomic():
+        _take_turn(pull_request)
+        again = pulled_before(insight=insight, pull_request=pull_request)
+        if again:
+            return again
         return _claim(insight=insight, worker=worker, count=count, pull_request=pull_request)
 
 
-@contextmanager
-def _taking_turns(pull_request: str) -> Iterator[None]:
-    """Hold a session-level advisory lock on `pull_request` (none without one, or on SQLite,
-    whose write transactions take turns anyway); released at the end, or with the connection
-    if the database goes away meanwhile."""
-    if not pull_request or not database_is_postgresql():
-        yield
-        return
-    key = [PULL_REQUEST_LOCK_NAMESPACE, zlib.crc32(pull_request.encode()) - 2**31]
-    with connection.cursor() as cursor:
-        cursor.execute("SELECT pg_advisory_lock(%s, %s)", key)
-    try:
-        yield
-    finally:
+def _take_turn(pull_request: str) -> None:
+    """Wait for, then hold until commit, the advisory lock of `pull_request` (PostgreSQL; on
+    SQLite write transactions take turns anyway)."""
+    if database_is_postgresql():
+        key = [PULL_REQUEST_LOCK_NAMESPACE, zlib.crc32(pull_request.encode()) - 2**31]
         with connection.cursor() as cursor:
-            cursor.execute("SELECT pg_advisory_unlock(%s, %s)", key)
+            cursor.execute("SELECT pg_advisory_xact_lock(%s, %s)", key)
 
 
 def _claim(*, insight: Insight, worker: str, count: int, pull_request: str) -> list[PulledAgenda]:
@@ -178,7 +175,7 @@ def _claim(*, insight: Insight, worker: str, count: int, pull_request: str) -> l
     """
     started = time.perf_counter()
     now = timezone.now()
-    with transaction.atomic():
+    with transaction.atomic(savepoint=False):  # joins the turn's transaction when there is one
         outcome = states.queue_claim_outcome(
             insight=insight,
             count=count,
@@ -197,7 +194,7 @@ def _claim(*, insight: Insight, worker: str, count: int, pull_request: str) -> l
     rounds = -(-count // max(insight.queue_size, 1)) + 1 if fills_inline else 0
     while rounds and len(claimed) < count and insight_fill(insight_id=insight.pk).moved:
         rounds -= 1
-        with transaction.atomic():
+        with transaction.atomic(savepoint=False):
             claimed += states.queue_claim(
                 insight=insight,
                 count=count - len(claimed),
