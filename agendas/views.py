@@ -39,6 +39,7 @@ from agendas.template_versions import (
     MAX_VERSION_NUMBER,
     template_version_get,
     template_version_list,
+    version_is_large,
     versions_diff,
 )
 from agendas.waiting import waiting_reason
@@ -311,15 +312,18 @@ def _template_versions_context(request: HttpRequest, template: AgendaTemplate) -
     old, new = _version_number(request.GET.get("from")), _version_number(request.GET.get("to"))
     if not asked and len(versions) >= 2:
         old, new = versions[1].number, versions[0].number
-    diff, diff_error = None, ""
+    diff, diff_error, diff_offered = None, "", False
     if asked and (old is None or new is None):
         diff_error = "Give two version numbers to compare (from and to)."
     elif old is not None and new is not None:
         try:
-            diff = versions_diff(
+            sides = (
                 template_version_get(template=template, number=old, field="from"),
                 template_version_get(template=template, number=new, field="to"),
             )
+            # Unasked, a long template's latest change is offered as a link, not diffed.
+            diff_offered = not asked and any(version_is_large(side) for side in sides)
+            diff = None if diff_offered else versions_diff(*sides)
         except ValidationError as error:
             diff_error = " ".join(error.messages)
     # A shared template's readers see its history, not the names of the owner's people.
@@ -337,6 +341,7 @@ def _template_versions_context(request: HttpRequest, template: AgendaTemplate) -
         "diff_from": old,
         "diff_to": new,
         "diff_error": diff_error,
+        "diff_offered": diff_offered,
     }
 
 

@@ -6,9 +6,17 @@ A file is *settled* once this process has seen its size and mtime unchanged for
 fires the trigger with ``{path, name, relative_path, size, mtime}``, oldest first, one at a
 time. What fired (or was refused) is kept in a state file, keyed by the file's version
 (relative path, size, mtime_ns), so a restart never fires a file twice and a file replaced by
-another version fires again. Each firing's ``Idempotency-Key`` is derived from the same
-version, so a crash between the server's answer and the state-file write submits nothing new
-when the firing is repeated: the server answers ``duplicate``.
+another version fires again. The state file is written at most every ``STATE_SAVE_SECONDS``
+(by the pass that finds it due), and on exit, not after every file (a whole-file rewrite per
+file grows with the square of the files). Each firing's ``Idempotency-Key`` is derived from
+the same version, so a crash between the server's answer and the state-file write (up to
+``STATE_SAVE_SECONDS`` of firings) submits nothing new when the firings are repeated: the
+server answers ``duplicate``.
+
+A file name that is not valid UTF-8 fires too: its key is derived from the name's bytes, and
+the event carries the name with each undecodable byte written ``\\xNN``. A file that cannot be
+fired for any other reason than the network or the filesystem (a bug, an event the client
+cannot encode) is recorded as refused with the reason, and the others go on.
 
 Change detection: ``watchfiles`` (inotify and friends) wakes the loop early; a full scan runs
 at least every ``settle_seconds`` anyway, which is all there is with ``poll=True``, without
@@ -45,6 +53,7 @@ __all__ = [
     "WatchState",
     "file_event",
     "firing_key",
+    "safe_text",
 ]
 
 log = logging.getLogger("popclient.watch_folder")
@@ -59,6 +68,9 @@ RETRY_FIRST_SECONDS = 1.0
 RETRY_CAP_SECONDS = 60.0
 # A scan finds nothing new sooner than this, however small the settle time.
 SHORTEST_WAIT_SECONDS = 0.05
+# The state file is written at most this often (and on exit): what a crash loses of it is
+# fired again with the same Idempotency-Key, which the server answers as a duplicate.
+STATE_SAVE_SECONDS = 5.0
 
 # ``fire(event, idempotency_key) -> (HTTP status, JSON answer)``; raises httpx.HTTPError (or
 # OSError) when no answer came back.
@@ -81,20 +93,36 @@ class FileVersion:
     mtime_ns: int
 
 
+def _raw(text: str) -> bytes:
+    """The bytes a file name (or any text) stands for: the filesystem's own for a name that
+    is not UTF-8 (Python keeps its undecodable bytes as lone surrogates)."""
+    try:
+        return os.fsencode(text)
+    except UnicodeEncodeError:  # a lone surrogate no file name decodes to
+        return text.encode("utf-8", "surrogatepass")
+
+
+def safe_text(text: str) -> str:
+    """``text`` as valid Unicode: each byte of a name that is not UTF-8 written ``\\xNN``."""
+    return _raw(text).decode("utf-8", "backslashreplace")
+
+
 def firing_key(trigger_id: str, version: FileVersion) -> str:
-    """The Idempotency-Key of firing ``trigger_id`` for ``version``: the same on every try."""
+    """The Idempotency-Key of firing ``trigger_id`` for ``version``: the same on every try.
+    Derived from the name's bytes, so a name that is not UTF-8 has one too."""
     identity = f"{trigger_id}\0{version.relative_path}\0{version.size}\0{version.mtime_ns}"
-    return "pop-watch-" + hashlib.sha256(identity.encode()).hexdigest()
+    return "pop-watch-" + hashlib.sha256(_raw(identity)).hexdigest()
 
 
 def file_event(directory: Path, version: FileVersion) -> dict[str, Any]:
-    """The event a settled file fires: where it is, how big, when it last changed (UTC)."""
+    """The event a settled file fires: where it is, how big, when it last changed (UTC).
+    Names are valid Unicode (:func:`safe_text`)."""
     path = directory / version.relative_path
     changed = datetime.fromtimestamp(version.mtime_ns / 1e9, UTC)
     return {
-        "path": str(path),
-        "name": path.name,
-        "relative_path": version.relative_path,
+        "path": safe_text(str(path)),
+        "name": safe_text(path.name),
+        "relative_path": safe_text(version.relative_path),
         "size": version.size,
         "mtime": changed.isoformat(),
     }
@@ -109,12 +137,14 @@ def retry_delay(failures: int) -> float:
 
 class WatchState:
     """The state file: the versions fired (or refused) per relative path, as JSON, replaced
-    atomically (a temporary file, then ``os.replace``) after every change."""
+    atomically (a temporary file, then ``os.replace``) by :meth:`save`; changes only mark it
+    ``dirty`` (the watcher decides when to write)."""
 
     def __init__(self, path: Path, trigger_id: str) -> None:
         self.path = path
         self.trigger_id = trigger_id
         self.files: dict[str, dict[str, Any]] = {}
+        self.dirty = False
 
     @classmethod
     def load(cls, path: Path, trigger_id: str) -> WatchState:
@@ -158,14 +188,14 @@ class WatchState:
             "answer": answer,
             "at": datetime.now(UTC).isoformat(timespec="seconds"),
         }
-        self.save()
+        self.dirty = True
 
     def forget(self, relative_paths: Iterable[str]) -> None:
         gone = [name for name in relative_paths if name in self.files]
         for name in gone:
             del self.files[name]
         if gone:
-            self.save()
+            self.dirty = True
 
     def forget_refused(self) -> int:
         refused = [name for name, entry in self.files.items() if entry.get("status") == REFUSED]
@@ -180,6 +210,7 @@ class WatchState:
             handle.flush()
             os.fsync(handle.fileno())
         os.replace(temporary, self.path)
+        self.dirty = False
 
 
 @dataclass
@@ -232,6 +263,7 @@ class FolderWatcher:
         self._failures = 0
         self._retry_at = float("-inf")
         self._finish_tried: set[FileVersion] = set()
+        self._saved_at = float("-inf")
         self._stopping = threading.Event()
         self._wake = threading.Event()
 
@@ -270,7 +302,18 @@ class FolderWatcher:
             for pending in settled:
                 if self._stopping.is_set() or not self._fire_settled(pending.version):
                     break
+                self.save_state(when_due=True)
+        self.save_state(when_due=True)
         return self._seconds_to_next_pass()
+
+    def save_state(self, *, when_due: bool = False) -> None:
+        """Write the state file if it changed; ``when_due``: only when the last write is
+        ``STATE_SAVE_SECONDS`` old (one write per pass at most, however many files fired)."""
+        now = self._clock()
+        if not self.state.dirty or (when_due and now - self._saved_at < STATE_SAVE_SECONDS):
+            return
+        self.state.save()
+        self._saved_at = now
 
     def scan(self) -> dict[str, FileVersion]:
         """Every file that may fire, by relative path (``/``-separated). Skipped: names
@@ -323,6 +366,8 @@ class FolderWatcher:
     def _seconds_to_next_pass(self) -> float:
         due = [self.settle_seconds]
         now = self._clock()
+        if self.state.dirty:  # a pass then writes what the last one could not yet
+            due.append(self._saved_at + STATE_SAVE_SECONDS - now)
         for pending in self._pending.values():
             settles_at = pending.unchanged_since + self.settle_seconds
             due.append(max(settles_at, self._retry_at) - now)
@@ -348,15 +393,18 @@ class FolderWatcher:
         try:
             status, answer = self._fire(file_event(self.directory, version), self._key(version))
         except (httpx.HTTPError, OSError) as exc:
-            self._back_off(name, f"{exc.__class__.__name__}: {exc}")
+            self._back_off(safe_text(name), f"{exc.__class__.__name__}: {exc}")
             return False
+        except Exception as exc:  # this file only (a bug, an event it cannot encode): go on
+            log.exception("%s: cannot be fired", safe_text(name))
+            status, answer = 0, {"error": safe_text(f"{exc.__class__.__name__}: {exc}")}
         if 200 <= status < 300:
             self._failures = 0
             self.state.record(version, FIRED, http_status=status, answer=answer)
             self._pending.pop(name, None)
             log.info(
                 "%s: %s (agenda %s, firing %s)",
-                name,
+                safe_text(name),
                 answer.get("status", status),
                 answer.get("agenda"),
                 answer.get("firing"),
@@ -366,7 +414,7 @@ class FolderWatcher:
             self._finish(version)
             return True
         if status >= 500 or status in RETRYABLE_STATUSES:
-            self._back_off(name, f"HTTP {status}: {json.dumps(answer)[:200]}")
+            self._back_off(safe_text(name), f"HTTP {status}: {json.dumps(answer)[:200]}")
             return False
         self._failures = 0
         self.state.record(version, REFUSED, http_status=status, answer=answer)
@@ -374,7 +422,7 @@ class FolderWatcher:
         log.error(
             "%s: refused (HTTP %s): %s; recorded as refused in %s and not retried: change "
             "the file, or restart with --retry-refused, to fire it again",
-            name,
+            safe_text(name),
             status,
             json.dumps(answer)[:500],
             self.state_path,
@@ -392,8 +440,12 @@ class FolderWatcher:
         log.warning("%s: not fired (%s); trying again in %.1fs", name, reason, delay)
 
     def _notify(self, version: FileVersion, outcome: str, status: int, answer: dict) -> None:
-        if self._on_outcome is not None:
+        if self._on_outcome is None:
+            return
+        try:
             self._on_outcome(version, outcome, status, answer)
+        except Exception:  # the listener's failure is not the file's: the watch goes on
+            log.exception("%s: reporting the outcome failed", safe_text(version.relative_path))
 
     def _finish(self, version: FileVersion) -> None:
         """Move or rename a fired file when asked; its record goes with it."""
@@ -435,6 +487,7 @@ class FolderWatcher:
                 self._wake.clear()
         finally:
             self._stopping.set()
+            self.save_state()
             if events is not None:
                 events.join(timeout=5)
 

@@ -29,7 +29,7 @@ from popclient.cli.base import (
     agenda_state,
     progress_bar,
 )
-from popclient.watch_folder import FileVersion, FolderWatcher, StateFileError
+from popclient.watch_folder import FileVersion, FolderWatcher, StateFileError, safe_text
 
 SECRET_ENV = "POP_TRIGGER_SECRET"
 DEFAULT_SETTLE_SECONDS = 10.0
@@ -229,17 +229,17 @@ def _folder_watcher(ctx: Context) -> tuple[FolderWatcher, bool]:
     out = ctx.out
 
     def show(version: FileVersion, outcome: str, status: int, answer: dict[str, Any]) -> None:
+        name = safe_text(version.relative_path)  # a name that is not UTF-8 still prints
         if out.as_json:  # one object per line, as they happen
-            line = {"path": version.relative_path, "outcome": outcome, "http_status": status}
+            line = {"path": name, "outcome": outcome, "http_status": status}
             out.line(json.dumps({**line, **answer}, default=str))
         elif outcome == "fired":
             agenda = answer.get("agenda")
             out.line(
-                f"{version.relative_path}: {answer.get('status', status)}"
-                + (f", agenda {agenda}" if agenda else "")
+                f"{name}: {answer.get('status', status)}" + (f", agenda {agenda}" if agenda else "")
             )
         else:
-            out.line(f"{version.relative_path}: refused (HTTP {status})")
+            out.line(f"{name}: refused (HTTP {status})")
         out.stdout.flush()
 
     try:

@@ -294,6 +294,8 @@ def test_an_unanswered_or_5xx_firing_is_retried_after_a_backoff_with_the_same_ke
     clock.advance(2.5)
     watcher.step()
 
+    watcher.save_state()  # as on exit: passes write it at most every STATE_SAVE_SECONDS
+
     assert fire.names == ["a.mxf", "a.mxf", "a.mxf", "b.mxf"]
     assert len({key for event, key in fire.calls[:3]}) == 1
     assert {name: e["status"] for name, e in state_of(folder)["files"].items()} == {
@@ -309,6 +311,7 @@ def test_fifty_files_dropped_at_once_fire_fifty_times_in_one_pass(folder, clock)
     watcher = watcher_for(folder, fire, clock)
 
     settled_pass(watcher, clock)
+    watcher.save_state()
 
     assert sorted(fire.names) == [f"clip-{number:02}.mxf" for number in range(50)]
     assert len(state_of(folder)["files"]) == 50
@@ -322,10 +325,12 @@ def test_records_of_deleted_files_are_pruned_but_kept_when_the_folder_looks_empt
 
     (folder / "a.mxf").unlink()
     watcher.step()
+    watcher.save_state()
     assert sorted(state_of(folder)["files"]) == ["b.mxf"]
 
     (folder / "b.mxf").unlink()  # everything gone at once: maybe an unmounted share
     watcher.step()
+    watcher.save_state()
     assert sorted(state_of(folder)["files"]) == ["b.mxf"]
 
 
