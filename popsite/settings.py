@@ -97,6 +97,18 @@ if DATABASES["default"]["ENGINE"] == "django.db.backends.sqlite3":
 else:
     DATABASES["default"].setdefault("CONN_MAX_AGE", env.int("DATABASE_CONN_MAX_AGE", default=60))
     DATABASES["default"].setdefault("CONN_HEALTH_CHECKS", True)
+    if env.int("DATABASE_POOL_MAX_SIZE", default=0) > 0:
+        # A bounded psycopg pool per process (web nodes only: a pool's connections must not
+        # cross a fork, and the cluster forks its workers after Django starts). Every thread
+        # shares at most this many connections; one that waits longer than the timeout for one
+        # answers 503 (docs/deploy.md "Connection budget").
+        DATABASES["default"]["CONN_MAX_AGE"] = 0
+        DATABASES["default"].setdefault("OPTIONS", {})["pool"] = {
+            "min_size": 1,
+            "max_size": env.int("DATABASE_POOL_MAX_SIZE"),
+            "timeout": env.float("DATABASE_POOL_TIMEOUT", default=5.0),
+            "max_idle": 60.0,
+        }
     if not env.bool("DATABASE_JIT", default=False):
         # POP's queries are short and read by index; PostgreSQL's JIT compiles a plan whenever
         # its row estimate is large (a count over a long history) and spent 1.2 s of a 1.2 s

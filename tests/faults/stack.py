@@ -101,11 +101,14 @@ class Stack:
         return self.logs / "runs.jsonl"
 
     def env(self, **extra: str) -> dict[str, str]:
-        return pop_env(self.dbname, DATABASE_URL=self.postgres.url(self.dbname), **POP_ENV, **extra)
+        settings = {"DATABASE_URL": self.postgres.url(self.dbname), **POP_ENV, **extra}
+        return pop_env(self.dbname, **settings)
 
     # -- processes --------------------------------------------------------------------------
 
-    def start_web(self, *, workers: int = 2, threads: int = 8) -> servers.Process:
+    def start_web(
+        self, *, workers: int = 2, threads: int = 8, env: dict[str, str] | None = None
+    ) -> servers.Process:
         self.port = self.port or servers.free_port()
         argv = [
             PYTHON,
@@ -125,7 +128,7 @@ class Stack:
             "--log-level",
             "warning",
         ]
-        web = servers.spawn("web", argv, self.env(), self.logs)
+        web = servers.spawn("web", argv, self.env(**(env or {})), self.logs)
         self.processes["web"] = web
         return web
 
@@ -153,9 +156,15 @@ class Stack:
         return worker
 
     def start(
-        self, *, workers: int = 2, clusters: int = 1, threads: int = 8, concurrency: int = 4
+        self,
+        *,
+        workers: int = 2,
+        clusters: int = 1,
+        threads: int = 8,
+        concurrency: int = 4,
+        web_env: dict[str, str] | None = None,
     ) -> None:
-        web = self.start_web(threads=threads)
+        web = self.start_web(threads=threads, env=web_env)
         for number in range(1, clusters + 1):
             self.start_cluster(f"cluster{number}")
         servers.wait_http(f"{self.url}/readyz", web)
