@@ -17,13 +17,14 @@ def pointer_tokens(pointer: str | None) -> list[str]:
 def follow_tokens(document: Any, tokens: list[str]) -> Any:
     """Walk `tokens` into `document`; raise KeyError naming the token that does not resolve.
 
-    Array indexes are decimal without leading zeros and inside the array."""
+    Array indexes are ASCII decimal without leading zeros and inside the array."""
     current = document
     for token in tokens:
         if isinstance(current, Mapping) and token in current:
             current = current[token]
         elif (
             isinstance(current, list)
+            and token.isascii()  # "²".isdigit() holds, but int("²") raises
             and token.isdigit()
             and (token == "0" or not token.startswith("0"))
             and int(token) < len(current)

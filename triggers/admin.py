@@ -4,9 +4,11 @@ their firings (read-only, a table that grows with history: core.admin.BigTableAd
 import copy
 
 from django import forms
-from django.contrib import admin, messages
+from django.contrib import admin
 from django.core.exceptions import ValidationError
 from django.forms.models import construct_instance
+from django.template.response import TemplateResponse
+from django.urls import reverse
 
 from core.admin import BigTableAdmin, CustomerFilter, OwnedRowAdmin
 from triggers.models import Trigger, TriggerFiring
@@ -32,13 +34,19 @@ class TriggerAdminForm(forms.ModelForm):
             "cid",
         ]
 
+    @property
+    def template_changed(self) -> bool:
+        """A new trigger, or another template or version: only then are they checked again."""
+        changed = {"template", "template_version"} & set(self.changed_data)
+        return self.instance._state.adding or bool(changed)
+
     def clean(self) -> dict:
         cleaned = super().clean()
         if self.errors:
             return cleaned
         candidate = construct_instance(self, copy.copy(self.instance))
         try:
-            trigger_validate(candidate)
+            trigger_validate(candidate, template_changed=self.template_changed)
         except ValidationError as error:
             for path, messages_ in error.message_dict.items():
                 field = path.split(".", 1)[0]
@@ -60,13 +68,23 @@ class TriggerAdmin(OwnedRowAdmin):
     def save_model(self, request, obj: Trigger, form, change: bool) -> None:
         if not change and request.user.pk:
             obj.created_by = request.user
-        trigger_save_checked(obj)
-        if not change:
-            self.message_user(
-                request,
-                f"Secret of trigger {obj.name}, shown this once: {obj.secret}",
-                messages.WARNING,
-            )
+        trigger_save_checked(obj, template_changed=form.template_changed)
+
+    def response_add(self, request, obj: Trigger, post_url_continue=None):
+        """Show the new secret in this answer's page, once: never as a message, which the
+        default storage keeps in a signed but readable cookie."""
+        return TemplateResponse(
+            request,
+            "admin/triggers/trigger/secret_shown.html",
+            {
+                **self.admin_site.each_context(request),
+                "title": f"Trigger {obj.name} created",
+                "trigger": obj,
+                "opts": self.opts,
+                "change_url": reverse("admin:triggers_trigger_change", args=[obj.pk]),
+                "changelist_url": reverse("admin:triggers_trigger_changelist"),
+            },
+        )  # the admin's views are never_cache: no copy of the secret is kept on the way
 
 
 @admin.register(TriggerFiring)

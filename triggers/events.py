@@ -6,7 +6,9 @@ with the event as the one document references resolve against: `@</Records/0/s3/
 (a bare JSON pointer) or `@<event::/Records/0/s3/object/key>`, `?fallback` as in templates.
 """
 
+import hashlib
 import json
+import math
 from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any
@@ -25,6 +27,7 @@ MAX_POINTER = 500
 MAX_MATCH_TEXT = 1000
 MAX_MAPPING_BYTES = 16 * 1024
 MAX_EVENT_ID = 255
+MAX_MAPPING_REFERENCES = 200
 SCALARS = (str, int, float, bool, type(None))
 
 
@@ -102,10 +105,18 @@ def mapping_problems(mapping: Any) -> dict[str, list[str]]:
         return {"payload_mapping": ["Expected JSON."]}
     if size > MAX_MAPPING_BYTES:
         return {"payload_mapping": [f"At most {MAX_MAPPING_BYTES} bytes of JSON (got {size})."]}
+    references = find_references(as_event_references(mapping))
+    if len(references) > MAX_MAPPING_REFERENCES:
+        # Each reference may copy the event: their number bounds what one firing can build.
+        return {
+            "payload_mapping": [
+                f"At most {MAX_MAPPING_REFERENCES} references (got {len(references)})."
+            ]
+        }
     others = sorted(
         {
             reference.text
-            for reference in find_references(as_event_references(mapping))
+            for reference in references
             if reference.name.split(".")[0].lower() != EVENT
         }
     )
@@ -120,6 +131,21 @@ def mapping_problems(mapping: Any) -> dict[str, list[str]]:
 
 
 # --- reading one event ---------------------------------------------------------------------
+
+
+def nonfinite_problem(event: Any) -> str | None:
+    """Why `event` cannot be stored as JSON: a number too large for a float (`1e999` parses
+    as infinity), which no JSON document may hold; None when every number is finite."""
+    pending = [event]
+    while pending:
+        item = pending.pop()
+        if isinstance(item, float) and not math.isfinite(item):
+            return "Numbers must be finite (one is too large for a double)."
+        if isinstance(item, Mapping):
+            pending.extend(item.values())
+        elif isinstance(item, list):
+            pending.extend(item)
+    return None
 
 
 def _at(event: Any, pointer: str) -> tuple[bool, Any]:
@@ -157,13 +183,45 @@ def _same(value: Any, wanted: Any) -> bool:
     return value == wanted
 
 
-def payload_mapped(mapping: Any, event: Any) -> Any:
+def _reference_pointer(reference: Any) -> str:
+    _, *leading = reference.name.split(".")
+    tokens = leading + pointer_tokens(reference.path)
+    return "/" + "/".join(token.replace("~", "~0").replace("/", "~1") for token in tokens)
+
+
+def mapped_size_problem(written: Any, event: Any, limit: int) -> str | None:
+    """Why the payload `written` (references as `@<event::…>`) would build more than `limit`
+    bytes of JSON from `event`, measured before it is built: the mapping's own size plus the
+    encoded size of each value a reference copies (each distinct pointer encoded once)."""
+    total = len(json.dumps(written, separators=(",", ":"), ensure_ascii=False).encode())
+    sizes: dict[str, int] = {}
+    for reference in find_references(written):
+        pointer = _reference_pointer(reference)
+        if pointer not in sizes:
+            found, value = _at(event, pointer)
+            text = json.dumps(value, separators=(",", ":"), ensure_ascii=False) if found else ""
+            sizes[pointer] = len(text.encode(errors="surrogatepass"))
+        total += sizes[pointer]
+        if total > limit:
+            return (
+                f"The mapped payload would be more than {limit} bytes "
+                "(each reference copies the value it names)."
+            )
+    return None
+
+
+def payload_mapped(mapping: Any, event: Any, *, limit: int | None = None) -> Any:
     """The run payload: `mapping` with its references resolved against `event`.
 
     Raises EventRefused keyed by each JSON pointer that did not resolve (or that names an
-    object or array inside longer text).
+    object or array inside longer text), or on `payload_mapping` when the payload would be
+    more than `limit` bytes of JSON.
     """
     written = as_event_references(mapping)
+    if limit is not None:
+        problem = mapped_size_problem(written, event, limit)
+        if problem:
+            raise EventRefused({"payload_mapping": [problem]})
     resolution = resolve(written, {EVENT: event})
     if resolution.ok:
         return resolution.value
@@ -173,14 +231,10 @@ def payload_mapped(mapping: Any, event: Any) -> Any:
         whole = len(matches) == 1 and matches[0].span() == (0, len(text))
         for match in matches:
             reference = parse_reference(match)
-            name, *leading = reference.name.split(".")
-            if name.lower() != EVENT:
+            if reference.name.split(".")[0].lower() != EVENT:
                 errors.setdefault("payload_mapping", []).append(f"{reference.text} names no event.")
                 continue
-            tokens = leading + pointer_tokens(reference.path)
-            pointer = "/" + "/".join(
-                token.replace("~", "~0").replace("/", "~1") for token in tokens
-            )
+            pointer = _reference_pointer(reference)
             found, value = _at(event, pointer)
             if not found and not reference.has_fallback:
                 errors.setdefault(pointer, []).append("Not found in the event.")
@@ -210,14 +264,17 @@ def _strings(value: Any) -> list[str]:
 
 def event_id(pointer: str, event: Any) -> str:
     """The event's id at `pointer` as text ("" when the trigger names none or the event has
-    none there; an object or array is not an id)."""
+    none there; an object or array is not an id). An id longer than MAX_EVENT_ID characters
+    is kept as `sha256:<hex>` of its text, so two long ids never collide by a common head."""
     if not pointer:
         return ""
     found, value = _at(event, pointer)
     if not found or isinstance(value, Mapping | list) or value is None:
         return ""
     text = value if isinstance(value, str) else json.dumps(value)
-    return text[:MAX_EVENT_ID]
+    if len(text) <= MAX_EVENT_ID:
+        return text
+    return "sha256:" + hashlib.sha256(text.encode(errors="surrogatepass")).hexdigest()
 
 
 @dataclass(frozen=True)
@@ -238,3 +295,10 @@ def excerpt(event: Any, limit: int, *, ascii_only: bool = False) -> Excerpt:
         return Excerpt(event=event, truncated=False)
     head = text.encode(errors="surrogatepass")[:limit].decode(errors="ignore")
     return Excerpt(event={"excerpt": head, "bytes": size}, truncated=size > limit)
+
+
+def body_excerpt(body: bytes, limit: int) -> Excerpt:
+    """What a firing stores of a body that is not a usable event (not JSON, not an object,
+    too deep): its first `limit` bytes as text (bad UTF-8 and NUL replaced), and its size."""
+    head = body[:limit].decode("utf-8", errors="replace").replace("\x00", "\ufffd")
+    return Excerpt(event={"excerpt": head, "bytes": len(body)}, truncated=len(body) > limit)

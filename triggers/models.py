@@ -83,21 +83,30 @@ class TriggerFiring(models.Model):
         db_constraint=False,  # see AGENDA_SIDE_ROWS in agendas/states/reap.py
     )
     cid = models.CharField(max_length=64, blank=True, default="")
+    # sha256 of the request's X-POP-Signature: the same signed request is accepted once (the
+    # key and event id are not signed, so they alone cannot stop a replay inside the window).
+    signature_digest = models.CharField(max_length=64, blank=True, default="")
 
     class Meta:
         ordering = ["-received_at", "-id"]
         constraints = [
-            # De-duplication by index, not by scan; a refused firing holds no key, so the same
-            # event can be sent again once the trigger is fixed.
+            # De-duplication by index, not by scan; a refused or skipped firing holds no key,
+            # so the same event can be sent again once the trigger is fixed.
             models.UniqueConstraint(
                 fields=["trigger", "idempotency_key"],
-                condition=~Q(idempotency_key="") & ~Q(status="refused"),
+                condition=~Q(idempotency_key="") & ~Q(status__in=["refused", "skipped"]),
                 name="trigger_firing_key_once",
             ),
             models.UniqueConstraint(
                 fields=["trigger", "event_id"],
-                condition=~Q(event_id="") & ~Q(status="refused"),
+                condition=~Q(event_id="") & ~Q(status__in=["refused", "skipped"]),
                 name="trigger_firing_event_once",
+            ),
+            # Every firing, whatever its status, holds its signature.
+            models.UniqueConstraint(
+                fields=["trigger", "signature_digest"],
+                condition=~Q(signature_digest=""),
+                name="trigger_firing_signature_once",
             ),
         ]
         indexes = [

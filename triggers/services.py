@@ -14,6 +14,7 @@ from agendas.labels import labels_problems
 from agendas.models import AgendaTemplate
 from agendas.template_services import template_is_usable_by, template_source
 from audit.services import audit_record
+from core.api import unstorable_text_problem
 from resourcepools.models import Customer, Membership
 from resourcepools.selectors import Principal, require_role
 from resourcepools.services import acting_customer
@@ -42,11 +43,22 @@ def new_secret() -> str:
     return secrets.token_urlsafe(32)
 
 
-def trigger_validate(trigger: Trigger) -> None:
+def trigger_validate(trigger: Trigger, *, template_changed: bool = True) -> None:
     """Check a trigger's definition (nothing written): ValidationError by field for a template
     the customer may not use or a version it lacks, a filter, mapping, labels or event id
-    pointer that is malformed. Every write of a definition goes through it, the admin's too."""
+    pointer that is malformed. Every write of a definition goes through it, the admin's too.
+
+    `template_changed` False (an update keeping template and version) skips the template's
+    checks: its owner may have unshared it since, and the customer must still be able to
+    disable, rename or refilter its trigger; firing it is refused instead (triggers/firing.py).
+    """
     errors: dict[str, list[str]] = {}
+    for name in ("name", "payload_mapping", "filter", "labels", "event_id_pointer"):
+        problem = unstorable_text_problem(getattr(trigger, name))
+        if problem:
+            errors[name] = [problem]
+    if errors:  # the checks below would echo such text back
+        raise ValidationError(errors)
     errors |= filter_problems(trigger.filter)
     errors |= mapping_problems(trigger.payload_mapping)
     errors |= labels_problems(trigger.labels)
@@ -54,7 +66,9 @@ def trigger_validate(trigger: Trigger) -> None:
         problem = pointer_problem(trigger.event_id_pointer)
         if problem:
             errors["event_id_pointer"] = [problem]
-    if not template_is_usable_by(trigger.template, trigger.customer):
+    if not template_changed:
+        pass
+    elif not template_is_usable_by(trigger.template, trigger.customer):
         errors["template"] = [
             f"Template {trigger.template.name} is not shared with {trigger.customer.slug}."
         ]
@@ -120,9 +134,12 @@ def trigger_update(*, principal: Principal, trigger: Trigger, **fields: Any) -> 
         .select_related("customer")
         .get(pk=trigger.pk)
     )
+    template_changed = (
+        "template" in fields and getattr(fields["template"], "pk", None) != trigger.template_id
+    ) or fields.get("template_version", trigger.template_version) != trigger.template_version
     for name, value in fields.items():
         setattr(trigger, name, value)
-    trigger_validate(trigger)
+    trigger_validate(trigger, template_changed=template_changed)
     _save(trigger, [*fields, "updated_at"])
     audit_record(action="trigger.update", target=trigger, detail={"fields": sorted(fields)})
     return trigger
@@ -149,10 +166,10 @@ def trigger_rotate_secret(*, principal: Principal, trigger: Trigger) -> Trigger:
 
 
 @transaction.atomic
-def trigger_save_checked(trigger: Trigger) -> Trigger:
+def trigger_save_checked(trigger: Trigger, *, template_changed: bool = True) -> Trigger:
     """Save a trigger the admin edited, checked like the API's (a new one gets its secret)."""
-    trigger_validate(trigger)
     created = trigger._state.adding
+    trigger_validate(trigger, template_changed=created or template_changed)
     if created:
         trigger.secret = new_secret()
     _save(trigger, None)

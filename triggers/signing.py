@@ -3,8 +3,9 @@ trigger's secret (docs/design.md §5.4; popclient/triggers.py is the sending hal
 
 Checked before the body is parsed, compared in constant time; a timestamp more than
 REPLAY_WINDOW_SECONDS from the server's clock is refused, so a captured request cannot be
-sent again later (inside the window, the idempotency key or event id makes a repeat a
-duplicate).
+sent again later. Inside the window the firing keeps `signature_digest` of each accepted
+request (triggers/firing.py), so the same signed request runs at most once, whatever its
+unsigned `Idempotency-Key` says.
 """
 
 import hashlib
@@ -26,6 +27,11 @@ def signature(secret: str, timestamp: str, body: bytes) -> str:
     """`sha256=<hex>` of `timestamp.body` keyed with `secret`."""
     message = timestamp.encode() + b"." + body
     return PREFIX + hmac.new(secret.encode(), message, hashlib.sha256).hexdigest()
+
+
+def signature_digest(given: str) -> str:
+    """What a firing keeps of a checked signature: sha256 hex of the header's text."""
+    return hashlib.sha256(given.encode("utf-8", "replace")).hexdigest()
 
 
 def signature_check(

@@ -14,6 +14,7 @@ from triggers.events import (
     filter_miss,
     filter_problems,
     mapping_problems,
+    nonfinite_problem,
     payload_mapped,
 )
 from triggers.signing import BadSignature, signature_check
@@ -81,7 +82,42 @@ def test_an_event_id_is_text_at_its_pointer_or_nothing():
     assert event_id("/n", {"n": {"x": 1}}) == ""
     assert event_id("/missing", EVENT) == ""
     assert event_id("", EVENT) == ""
-    assert len(event_id("/n", {"n": "x" * 1000})) == 255
+    assert event_id("/n", {"n": "x" * 255}) == "x" * 255
+
+
+def test_event_ids_longer_than_255_characters_are_kept_as_their_sha256_and_never_collide():
+    common = "x" * 255
+    first, second = event_id("/n", {"n": common + "a"}), event_id("/n", {"n": common + "b"})
+
+    assert first == "sha256:" + hashlib.sha256((common + "a").encode()).hexdigest()
+    assert second == "sha256:" + hashlib.sha256((common + "b").encode()).hexdigest()
+    assert first != second
+
+
+def test_a_mapping_with_more_than_200_references_is_refused_naming_the_mapping():
+    assert mapping_problems({f"k{n}": "@</b>" for n in range(200)}) == {}
+    assert mapping_problems({f"k{n}": "@</b>" for n in range(201)}) == {
+        "payload_mapping": ["At most 200 references (got 201)."]
+    }
+
+
+def test_a_mapped_payload_larger_than_the_limit_is_refused_before_it_is_built():
+    mapping = {f"k{n}": "@</b>" for n in range(20)}
+
+    with pytest.raises(EventRefused) as refused:
+        payload_mapped(mapping, {"b": "x" * 1000}, limit=10_000)
+
+    assert list(refused.value.errors) == ["payload_mapping"]
+    assert "more than 10000 bytes" in refused.value.errors["payload_mapping"][0]
+    assert payload_mapped(mapping, {"b": "x" * 100}, limit=10_000) == {
+        f"k{n}": "x" * 100 for n in range(20)
+    }
+
+
+@pytest.mark.parametrize("number", [float("inf"), float("-inf"), float("nan")])
+def test_an_event_holding_a_non_finite_number_has_a_problem(number):
+    assert nonfinite_problem({"a": [1, {"b": number}]}) is not None
+    assert nonfinite_problem({"a": [1, {"b": 1e308}]}) is None
 
 
 def test_an_excerpt_keeps_small_events_whole_and_cuts_large_ones():

@@ -3,6 +3,7 @@
 import time
 
 import pytest
+import time_machine
 
 from agendas.models import Agenda
 from audit.models import AuditEvent
@@ -217,15 +218,35 @@ def test_a_large_event_is_stored_as_a_bounded_excerpt(trigger, fire, settings):
     assert firing.event["bytes"] > 5000
 
 
-def test_a_trigger_keeps_only_its_newest_firings(trigger, fire, settings):
+def test_a_trigger_keeps_only_its_newest_firings_once_their_signatures_expire(
+    trigger, fire, settings
+):
     settings.POP_TRIGGER_FIRINGS_KEPT = 5
+    start = time.time()
 
     for n in range(8):
-        assert fire(trigger, s3_event(sequencer=str(n))).status_code == 201
+        # Ten minutes apart: each signature has expired before the next firing prunes.
+        with time_machine.travel(start + n * 601, tick=False):
+            assert fire(trigger, s3_event(sequencer=str(n))).status_code == 201
 
     kept = TriggerFiring.objects.filter(trigger=trigger).order_by("received_at")
     assert [firing.event_id for firing in kept] == ["3", "4", "5", "6", "7"]
     assert Agenda.objects.count() == 8  # the agendas stay
+
+
+def test_the_firings_cap_never_prunes_a_firing_whose_signature_may_still_be_valid(
+    trigger, fire, settings
+):
+    settings.POP_TRIGGER_FIRINGS_KEPT = 2
+    start = time.time()
+    with time_machine.travel(start - 700, tick=False):
+        assert fire(trigger, s3_event(sequencer="old")).status_code == 201
+
+    for n in range(4):
+        assert fire(trigger, s3_event(sequencer=str(n))).status_code == 201
+
+    kept = TriggerFiring.objects.filter(trigger=trigger).order_by("received_at")
+    assert [firing.event_id for firing in kept] == ["0", "1", "2", "3"]
 
 
 def test_firing_is_throttled_per_trigger_with_429(trigger, fire, monkeypatch):
@@ -265,14 +286,18 @@ def test_firing_is_throttled_per_client_address_across_triggers(make_trigger, fi
     assert Agenda.objects.count() == 3
 
 
-def test_an_event_nested_deeper_than_the_limit_is_400_and_records_nothing(trigger, fire):
+def test_an_event_nested_deeper_than_the_limit_is_400_and_recorded_as_refused(trigger, fire):
     deep = b'{"a":' * 800 + b"1" + b"}" * 800
 
     response = fire(trigger, deep)
 
     assert response.status_code == 400
     assert list(response.json()) == ["event"]
-    assert _nothing(trigger) == (0, 0)
+    firing = TriggerFiring.objects.get()
+    assert (firing.status, firing.agenda_id) == ("refused", None)
+    assert firing.event == {"excerpt": deep.decode()[:4096], "bytes": len(deep)}
+    assert firing.event_truncated is True
+    assert Agenda.objects.count() == 0
 
 
 def test_deleting_an_agenda_keeps_its_firing_without_the_link(trigger, fire):

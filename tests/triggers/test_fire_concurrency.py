@@ -44,3 +44,22 @@ def test_concurrent_firings_with_one_idempotency_key_submit_one_agenda(make_trig
     assert [outcome.status for outcome in outcomes].count("submitted") == 1
     assert Agenda.objects.count() == 1
     assert TriggerFiring.objects.count() == 1
+
+
+def test_concurrent_copies_of_one_signed_request_with_different_keys_submit_one_agenda(
+    make_trigger,
+):
+    trigger = make_trigger(name="signed-once")
+    keys = iter([f"key-{n}" for n in range(RUNS)])
+
+    def replay(trigger_id):
+        return _fire(
+            trigger_id, event=s3_event(), idempotency_key=next(keys), signature_digest="ab" * 32
+        )
+
+    outcomes = all_at_once(RUNS, replay, trigger_id=trigger.pk)
+
+    statuses = sorted(outcome.status for outcome in outcomes)
+    assert statuses == ["replayed"] * (RUNS - 1) + ["submitted"]
+    assert len({outcome.firing.pk for outcome in outcomes}) == 1
+    assert (Agenda.objects.count(), TriggerFiring.objects.count()) == (1, 1)

@@ -70,9 +70,16 @@ def test_the_duplicate_look_up_is_an_index_read(trigger, busy_neighbour):
 
     plan = plan_of(
         TriggerFiring.objects.filter(trigger=busy_neighbour, idempotency_key="k1").exclude(
-            status="refused"
+            status__in=["refused", "skipped"]
         )
     )
 
     assert "trigger_firing_key_once" in plan, plan
+    assert "Seq Scan" not in plan, plan
+
+
+def test_the_replay_look_up_is_an_index_read(trigger, busy_neighbour):
+    plan = plan_of(TriggerFiring.objects.filter(trigger=busy_neighbour, signature_digest="ab" * 32))
+
+    assert "trigger_firing_signature_once" in plan, plan
     assert "Seq Scan" not in plan, plan

@@ -75,7 +75,34 @@ def test_the_admin_lists_triggers_and_firings_and_checks_a_new_trigger(
     assert not Trigger.objects.filter(name="from-admin").exists()
 
     created = client.post(reverse("admin:triggers_trigger_add"), {**form, "filter": "[]"})
-    assert created.status_code == 302
+    assert created.status_code == 200
     made = Trigger.objects.get(name="from-admin")
     assert made.created_by == staff_user and len(made.secret) >= 40
-    assert any(made.secret in str(message) for message in get_messages(created.wsgi_request))
+    assert f"<code data-trigger-secret>{made.secret}</code>" in created.content.decode()
+    assert "no-store" in created["Cache-Control"]
+    assert reverse("admin:triggers_trigger_change", args=[made.pk]) in created.content.decode()
+
+
+def test_the_admin_never_puts_a_new_triggers_secret_in_a_message_or_cookie(
+    client, staff_user, customer, template
+):
+    client.force_login(staff_user)
+    form = {
+        "name": "from-admin",
+        "customer": str(customer.pk),
+        "template": str(template.pk),
+        "payload_mapping": "{}",
+        "filter": "[]",
+        "labels": "{}",
+        "event_id_pointer": "",
+        "enabled": "on",
+        "link_id": "",
+        "cid": "",
+    }
+
+    created = client.post(reverse("admin:triggers_trigger_add"), form)
+
+    secret = Trigger.objects.get(name="from-admin").secret
+    assert not any(secret in str(message) for message in get_messages(created.wsgi_request))
+    assert all(secret not in morsel.value for morsel in created.cookies.values())
+    assert secret not in client.get(reverse("admin:triggers_trigger_changelist")).content.decode()

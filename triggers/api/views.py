@@ -29,7 +29,7 @@ from triggers.api.serializers import (
     TriggerSerializer,
     TriggerWithSecretSerializer,
 )
-from triggers.firing import DUPLICATE, trigger_fire
+from triggers.firing import DUPLICATE, REPLAYED, trigger_fire, trigger_fire_refused
 from triggers.models import TriggerFiring
 from triggers.selectors import trigger_firings_of, trigger_list, trigger_to_fire
 from triggers.services import (
@@ -43,6 +43,7 @@ from triggers.signing import (
     TIMESTAMP_HEADER,
     BadSignature,
     signature_check,
+    signature_digest,
 )
 
 IDEMPOTENCY_HEADER = "Idempotency-Key"
@@ -175,7 +176,9 @@ class TriggerFireView(PopAPIView):
         responses={
             201: FireAnswerSerializer,
             200: FireAnswerSerializer,
-            401: OpenApiResponse(ErrorSerializer, "Missing, stale or wrong signature."),
+            401: OpenApiResponse(
+                ErrorSerializer, "Missing, stale or wrong signature, or a replayed request."
+            ),
         },
         summary="Fire a trigger with a signed event (no token: the HMAC signature is the key).",
         examples=FIRE_EXAMPLES,
@@ -201,13 +204,25 @@ class TriggerFireView(PopAPIView):
         # The signature authenticated the trigger, which acts as the scheduler does for cron
         # runs: the audit trail names "system" (with this request's address), not "anonymous".
         request.user = SYSTEM
-        outcome = trigger_fire(
-            trigger=trigger,
-            event=_event(body),
-            idempotency_key=_idempotency_key(request),
-            cid=getattr(request, "cid", ""),
-        )
+        signed = {
+            "trigger": trigger,
+            "cid": getattr(request, "cid", ""),
+            "signature_digest": signature_digest(request.headers[SIGNATURE_HEADER]),
+        }
+        key, key_problem = _idempotency_key(request)
+        event, event_problem = _event(body)
+        if key_problem or event_problem:
+            outcome = trigger_fire_refused(
+                body=body, errors=key_problem | event_problem, idempotency_key=key, **signed
+            )
+        else:
+            outcome = trigger_fire(event=event, idempotency_key=key, **signed)
         firing = outcome.firing
+        if outcome.status == REPLAYED:
+            raise exceptions.AuthenticationFailed(
+                "This signed request was replayed: it was accepted before with another "
+                f"{IDEMPOTENCY_HEADER} (sign each request afresh)."
+            )
         if outcome.status == Status.REFUSED:
             raise exceptions.ValidationError(outcome.errors)
         if outcome.status == Status.SKIPPED:
@@ -218,19 +233,20 @@ class TriggerFireView(PopAPIView):
         return Response(answer, status=code)
 
 
-def _event(body: bytes) -> dict:
-    """The body as a JSON object (400 otherwise; nesting bounded by POP_MAX_JSON_DEPTH)."""
+def _event(body: bytes) -> tuple[dict, dict[str, list[str]]]:
+    """The body as a JSON object, or why not (nesting bounded by POP_MAX_JSON_DEPTH)."""
     try:
         event = json_loads_limited(body.decode("utf-8"))
     except (UnicodeDecodeError, JSONTooDeep, ValueError) as error:
         message = str(error) if isinstance(error, JSONTooDeep) else "The body is not JSON."
-        raise exceptions.ValidationError({"event": [message]}) from error
+        return {}, {"event": [message]}
     if not isinstance(event, dict):
-        raise exceptions.ValidationError({"event": ["Expected a JSON object."]})
-    return event
+        return {}, {"event": ["Expected a JSON object."]}
+    return event, {}
 
 
-def _idempotency_key(request: Request) -> str:
+def _idempotency_key(request: Request) -> tuple[str, dict[str, list[str]]]:
+    """The header's key, or "" and why it cannot be one."""
     value = request.headers.get(IDEMPOTENCY_HEADER) or ""
     if len(value) > MAX_IDEMPOTENCY_KEY:
         problem = f"At most {MAX_IDEMPOTENCY_KEY} characters."
@@ -239,5 +255,5 @@ def _idempotency_key(request: Request) -> str:
             "Printable characters only." if any(ord(c) < 32 for c in value) else None
         )
     if problem:
-        raise exceptions.ValidationError({IDEMPOTENCY_HEADER: [problem]})
-    return value
+        return "", {IDEMPOTENCY_HEADER: [problem]}
+    return value, {}
