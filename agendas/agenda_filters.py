@@ -12,11 +12,17 @@ from core.api import OwnedRowFilter, customer_filter, id_prefix_filter
 AgendaState = AgendaProgress.State
 
 
-class RepeatedParameterWidget(forms.Widget):
-    """Every value of a repeated query parameter (`?label=a:1&label=b:2`), commas kept."""
+class RepeatedParameterWidget(forms.TextInput):
+    """Every value of a repeated query parameter (`?label=a:1&label=b:2`), commas kept; drawn
+    as a text input (the browsable API renders the filter form)."""
 
     def value_from_datadict(self, data, files, name):
         return data.getlist(name) if hasattr(data, "getlist") else data.get(name)
+
+    def format_value(self, value):
+        if isinstance(value, list | tuple):
+            return ", ".join(str(item) for item in value) or None
+        return super().format_value(value)
 
 
 class LabelPairsField(forms.Field):

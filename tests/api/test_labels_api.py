@@ -147,3 +147,11 @@ def test_a_label_filter_is_served_by_the_gin_index(client, operations, customer)
         plan = "\n".join(row[0] for row in cursor.fetchall())
 
     assert "agenda_labels" in plan, plan
+
+
+@pytest.mark.parametrize("query", ["", "?label=tier:gold", "?label=tier:gold&label=a:b"])
+def test_the_browsable_api_draws_the_agenda_list_with_its_label_filter(client, query):
+    response = client.get(f"/api/v1/agendas/{query}", HTTP_ACCEPT="text/html")
+
+    assert response.status_code == 200
+    assert 'name="label"' in response.content.decode()

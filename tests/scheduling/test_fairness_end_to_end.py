@@ -4,8 +4,9 @@ customers.
 One customer floods 5,000 agendas, then five others submit 5 each. Fills then pulls and
 reports through the puller API: under round_robin every small agenda is among the first 40
 pulled (two queues' worth); under fifo (oldest first) none is. A pull of 100 from a queue of 20
-gets 100: it fills inline, in the same fair order, when its claim comes up short. The flood is one agenda submitted through
-the services and copied 4,999 times in SQL (conftest's clone_ready_agendas).
+gets 100: it fills inline, in the same fair order, when its claim comes up short. The flood
+is one agenda submitted through the services and copied 4,999 times in SQL (conftest's
+clone_ready_agendas).
 """
 
 import pytest

@@ -1,0 +1,181 @@
+"""The hot path's SQL statements, pinned (issue 22): submit of 100 in bulk, pull of 10 (from a
+full queue, and from a drained one that fills inline), batch report of 10, and one fill of 10.
+
+Counted on PostgreSQL the way tests/scheduling/test_claim_one_statement.py counts: every
+statement on the default connection (authentication, throttle counters, the work itself),
+savepoints left out. A change that adds a round trip to one of these paths fails here and
+says which statements it now sends.
+"""
+
+import pytest
+from django.db import connection
+from django.test.utils import CaptureQueriesContext
+
+from agendas.models import AgendaProgress
+from scheduling.fill import insight_fill
+from scheduling.models import QueuedAgenda
+from scheduling.pull import insight_pull
+
+pytestmark = [
+    pytest.mark.django_db,
+    pytest.mark.skipif(
+        connection.vendor != "postgresql", reason="the pinned statements are PostgreSQL's"
+    ),
+]
+
+
+@pytest.fixture(autouse=True)
+def _no_fill_nudges(settings):
+    # A nudge enqueues a task after commit, outside the request's statements; off, as in
+    # bench/profile.py, so the counts are the request's own.
+    settings.POP_FILL_NUDGE = "off"
+
+
+def _statements(captured) -> list[str]:
+    return [
+        query["sql"]
+        for query in captured.captured_queries
+        if not query["sql"].startswith(("SAVEPOINT", "RELEASE SAVEPOINT"))
+    ]
+
+
+def _shapes(statements: list[str]) -> list[str]:
+    """Each statement's first 12 words, for the failure message."""
+    return [" ".join(sql.split()[:12]) for sql in statements]
+
+
+def _assert_statements(captured, expected: int) -> list[str]:
+    statements = _statements(captured)
+    assert len(statements) == expected, "\n".join(_shapes(statements))
+    return statements
+
+
+@pytest.fixture
+def submit_ready(submitter, submit_agenda):
+    def submit(n: int) -> None:
+        for _ in range(n):
+            submit_agenda(submitter)
+
+    return submit
+
+
+@pytest.fixture
+def pull_client(worker, api_client_for):
+    return api_client_for(worker)
+
+
+def _pull(client, insight, count: int = 10):
+    response = client.post(
+        f"/api/v1/insights/{insight.pk}/pull/",
+        {"count": count, "worker": "w1", "wait_seconds": 0},
+        format="json",
+    )
+    assert response.status_code == 200, response.content[:300]
+    return response.json()["agendas"]
+
+
+def test_a_bulk_submit_of_100_sends_15_statements(client, insight, operations):
+    """Token + user (1); throttle counter (4: read, count, key probe, update); the caller's
+    memberships (1); its customer (1); the insights to map onto (1); one INSERT each into
+    agendas, progress, operations and the ready set (4); the ready lanes' shared advisory
+    locks (1) and their upsert (1); the audit event (1)."""
+    body = {"agendas": [{"operations": operations}] * 100}
+    client.post("/api/v1/agendas/bulk/", body, format="json")  # warm: token, throttle rows
+
+    with CaptureQueriesContext(connection) as captured:
+        response = client.post("/api/v1/agendas/bulk/", body, format="json")
+
+    assert response.status_code == 200
+    assert [item["state"] for item in response.json()["results"]] == ["ready"] * 100
+    _assert_statements(captured, 15)
+
+
+def test_a_pull_of_10_from_a_full_queue_sends_9_statements(insight, submit_ready, pull_client):
+    """Token + user (1); throttle counter (4); the insight (1); the worker's memberships (1);
+    the claim, one statement (1); the claimed agendas' operations (1)."""
+    insight.queue_size = 20
+    insight.save(update_fields=["queue_size"])
+    submit_ready(20)
+    insight_fill(insight_id=insight.pk)
+    _pull(pull_client, insight, count=1)  # warm: token, throttle rows
+
+    with CaptureQueriesContext(connection) as captured:
+        pulled = _pull(pull_client, insight)
+
+    assert len(pulled) == 10
+    assert QueuedAgenda.objects.filter(insight=insight).count() == 9
+    _assert_statements(captured, 9)
+
+
+def test_a_pull_of_10_from_a_drained_queue_fills_inline_in_23_statements(
+    insight, submit_ready, pull_client
+):
+    """The full-queue pull's first 8 up to and including a claim that comes up empty, then
+    the 13 of a fill of 10 (see the fill's pin), a second claim (1) and the operations (1)."""
+    insight.queue_size = 10
+    insight.save(update_fields=["queue_size"])
+    submit_ready(20)
+    insight_fill(insight_id=insight.pk)
+    assert len(_pull(pull_client, insight)) == 10  # drains the queue; 10 stay ready
+
+    with CaptureQueriesContext(connection) as captured:
+        pulled = _pull(pull_client, insight)
+
+    assert len(pulled) == 10
+    assert not QueuedAgenda.objects.filter(insight=insight).exists()
+    _assert_statements(captured, 23)
+
+
+def test_a_batch_report_of_10_successes_sends_11_statements(
+    insight, submit_ready, worker, pull_client
+):
+    """Token + user (1); throttle counter (4); progress + executions locked (1); their
+    operations (1); one UPDATE each of operations, executions and progress (3); the
+    dependencies the finished agendas release (1)."""
+    submit_ready(11)
+    insight_fill(insight_id=insight.pk)
+    pulled = insight_pull(principal=worker.user, insight=insight, worker="w1", count=11)
+
+    def report(items):
+        return pull_client.post(
+            "/api/v1/executions/report/",
+            {
+                "reports": [
+                    {
+                        "execution": str(item.execution.pk),
+                        "lease_token": str(item.execution.lease_token),
+                        "operations": [
+                            {"name": operation.name, "state": "succeeded"}
+                            for operation in item.operations
+                        ],
+                        "state": "succeeded",
+                    }
+                    for item in items
+                ]
+            },
+            format="json",
+        )
+
+    assert report(pulled[:1]).status_code == 200  # warm: token, throttle rows
+    with CaptureQueriesContext(connection) as captured:
+        response = report(pulled[1:])
+
+    assert response.status_code == 200, response.content[:300]
+    states = AgendaProgress.objects.filter(agenda__in=[item.agenda for item in pulled])
+    assert set(states.values_list("state", flat=True)) == {"succeeded"}
+    _assert_statements(captured, 11)
+
+
+def test_a_fill_moving_10_sends_13_statements(insight, submit_ready):
+    """The insight's try-lock (1); the insight (1); its schedule info, locked (1); the queue's
+    length (1); the lanes (1); their customers' limits (1); the ready rows per lane (1); the
+    progress rows, locked (1); UPDATE progress (1); DELETE ready (1); INSERT queued (1);
+    UPDATE lanes (1); UPDATE schedule info (1)."""
+    insight_fill(insight_id=insight.pk)  # warm: the insight's schedule info row
+    submit_ready(10)
+
+    with CaptureQueriesContext(connection) as captured:
+        result = insight_fill(insight_id=insight.pk)
+
+    assert result.moved == 10
+    _assert_statements(captured, 13)
