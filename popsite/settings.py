@@ -116,12 +116,13 @@ else:
         # ALTER ROLE pop SET jit = off (docs/deploy.md).
         options = DATABASES["default"].setdefault("OPTIONS", {})
         options["options"] = f"{options.get('options', '')} -c jit=off".strip()
-    if env.bool("DATABASE_PREPARED_STATEMENTS", default=True):
+    if env.bool("DATABASE_PREPARED_STATEMENTS", default=False):
         # Parameters bound by the server, and a statement run a 6th time on a connection
         # prepared there (psycopg's prepare_threshold): PostgreSQL then plans each of the hot
         # path's statements once per connection (issue 22: pull 10 + batch report 10, 1.6 →
-        # 1.0 ms of PostgreSQL CPU per agenda). PgBouncer in transaction mode needs
-        # max_prepared_statements (1.21+), or this false (docs/deploy.md).
+        # 1.0 ms of PostgreSQL CPU per agenda), but lists over a long history ran 26% slower
+        # (generic plans): off unless asked (docs/decisions.md). PgBouncer in transaction
+        # mode needs max_prepared_statements (1.21+).
         options = DATABASES["default"].setdefault("OPTIONS", {})
         options.setdefault("server_side_binding", True)
         options.setdefault("prepare_threshold", 5)
