@@ -66,13 +66,11 @@ def trigger_validate(trigger: Trigger, *, template_changed: bool = True) -> None
         problem = pointer_problem(trigger.event_id_pointer)
         if problem:
             errors["event_id_pointer"] = [problem]
-    if not template_changed:
-        pass
-    elif not template_is_usable_by(trigger.template, trigger.customer):
+    if template_changed and not template_is_usable_by(trigger.template, trigger.customer):
         errors["template"] = [
             f"Template {trigger.template.name} is not shared with {trigger.customer.slug}."
         ]
-    else:
+    elif template_changed:
         try:
             template_source(trigger.template, trigger.template_version, field="template_version")
         except ValidationError as error:
