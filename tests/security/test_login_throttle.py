@@ -162,9 +162,10 @@ def test_the_account_failure_limit_holds_across_two_workers_and_spoofed_addresse
 
     locked = _post_token(server, alice, PASSWORD, _spoofed(99))
 
-    # The last two run at once: whichever the server counts last is the one locked out.
+    # The last two run at once: the one counted last is locked out, and so is the other when
+    # it reads the count after both were counted (django-axes counts, then reads the sum).
     assert failures[:-2] == [400] * (FAILURE_LIMIT - 2)
-    assert sorted(failures[-2:]) == [400, 429]
+    assert sorted(failures[-2:]) in ([400, 429], [429, 429])
     assert locked.status_code == 429
     assert locked.json()["detail"].startswith("Too many failed logins")
     assert len(server.pids_answering(TOKEN, mark)) == 2, "both workers should have answered"
@@ -183,9 +184,10 @@ def test_the_address_failure_limit_holds_across_workers_for_many_accounts(server
     # alice never failed, yet her right password is refused: the address is locked.
     locked = _post_token(server, alice, PASSWORD, _spoofed(98))
 
-    # The last two run at once: whichever the server counts last is the one locked out.
+    # The last two run at once: the one counted last is locked out, and so is the other when
+    # it reads the count after both were counted (django-axes counts, then reads the sum).
     assert failures[:-2] == [400] * (FAILURE_LIMIT - 2)
-    assert sorted(failures[-2:]) == [400, 429]
+    assert sorted(failures[-2:]) in ([400, 429], [429, 429])
     assert locked.status_code == 429
     assert locked.json()["detail"].startswith("Too many failed logins")
 
