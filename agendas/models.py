@@ -174,6 +174,9 @@ class AgendaProgress(OwnedModel):
     current_execution = models.ForeignKey(
         "agendas.Execution", null=True, blank=True, on_delete=models.SET_NULL, related_name="+"
     )
+    # Some agenda was submitted to wait for this one (`after`; agendas/states/waits.py): only
+    # then does its finish look for waiters to release. Set under this row's lock, never unset.
+    has_waiters = models.BooleanField(default=False, db_default=False, editable=False)
 
     class Meta:
         verbose_name_plural = "agenda progress"

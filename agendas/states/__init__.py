@@ -5,8 +5,9 @@ This package is the only code that writes `AgendaProgress.state` or `OperationPr
 the callback outbox (`CallbackDelivery`) change here too, so they can never disagree with the
 state.
 
-- `machine`: the transition table, transitions and what entering a state writes, operation
-  states, execution outcomes and the retry policy;
+- `machine`: the transition table, transitions and what entering a state writes, execution
+  outcomes and the retry policy;
+- `operations`: operation states, what a worker's report sets on them, the percent roll-up;
 - `claim`: the pull's claim of queued agendas;
 - `bulk`: set-based forms of those writes for the hot paths (fill, promote, batch report);
 - `callback_outbox`: the callback outbox row a state change writes;
@@ -44,16 +45,23 @@ from agendas.states.machine import (
     ALLOWED,
     COUNTED_OUTCOMES,
     NOTIFY,
-    OPERATION_TERMINAL,
     TERMINAL,
     WAITING,
-    OpState,
     Outcome,
     S,
     callback_enqueue,
     check_transition,
     diagnostic,
     execution_end,
+    processing_state,
+    progress_create,
+    progress_create_many,
+    retry_delay,
+    transition,
+)
+from agendas.states.operations import (
+    OPERATION_TERMINAL,
+    OpState,
     operation_set_state,
     operations_abort_unfinished,
     operations_append,
@@ -61,11 +69,6 @@ from agendas.states.machine import (
     operations_fail_running,
     operations_reset,
     percent_rollup,
-    processing_state,
-    progress_create,
-    progress_create_many,
-    retry_delay,
-    transition,
 )
 from agendas.states.reap import agendas_reap_batch
 from agendas.states.waits import After, after_resolve, progresses_create_after

@@ -19,14 +19,13 @@ from agendas.states.machine import (
     FINISH_HOOKS,
     NOTIFY,
     TERMINAL,
-    OpState,
     S,
     _log_completed,
-    _operation_apply_item,
     _progress_enter,
     check_transition,
     entry_update,
 )
+from agendas.states.operations import OpState, operation_apply_item
 
 # --- Set-based forms for the hot paths -------------------------------------
 
@@ -118,7 +117,7 @@ def progresses_leave_waiting(
         for progress in progresses:
             _log_completed(progress, now=now)
         for hook in FINISH_HOOKS if release else ():
-            hook(agenda_ids, target, True, now)
+            hook(list(progresses), target, True, now)
 
 
 def execution_close(
@@ -228,7 +227,7 @@ def operations_apply_reports(
     for operations, items in reports:
         for item in items:
             operation = operations[item["name"]]
-            if _operation_apply_item(operation, item, now=now):
+            if operation_apply_item(operation, item, now=now):
                 changed[operation.pk] = operation
     _update_from_values(OperationProgress, list(changed.values()), _REPORT_OPERATION_COLUMNS)
     return list(changed.values())
@@ -255,7 +254,6 @@ def executions_report_many(
         progress.attempts_completed += 1
         progress.percent_complete = 100.0
         _progress_enter(progress, S.SUCCEEDED, message=message or "succeeded", now=now)
-    lanes_charge([execution for _, execution, _ in succeeded], now=now)
     _update_from_values(
         Execution,
         [execution for _, execution, _ in renewed] + [execution for _, execution, _ in succeeded],
@@ -272,7 +270,9 @@ def executions_report_many(
         _log_completed(progress, now=now)
     if succeeded:
         for hook in FINISH_HOOKS:
-            hook([progress.agenda_id for progress, _, _ in succeeded], S.SUCCEEDED, False, now)
+            hook([progress for progress, _, _ in succeeded], S.SUCCEEDED, False, now)
+    # Last, so the lane rows (which fills skip while they are locked) are held only until commit.
+    lanes_charge([execution for _, execution, _ in succeeded], now=now)
 
 
 def _update_from_values(model, rows: list, attnames: Iterable[str], *, chunk: int = 1000) -> None:

@@ -1,7 +1,7 @@
 """The agenda state machine: the transition table, what entering a state writes (progress,
-queue rows, the callback outbox, fill nudges), operation states, execution outcomes and the
-retry policy. Each function works inside the caller's transaction; callers lock the progress
-row (`select_for_update`) before a single-row transition.
+queue rows, the callback outbox, fill nudges), execution outcomes and the retry policy
+(operation states: operations.py). Each function works inside the caller's transaction;
+callers lock the progress row (`select_for_update`) before a single-row transition.
 """
 
 import json
@@ -15,19 +15,18 @@ from django.db.models import F, Value
 from django.db.models.functions import Coalesce
 from django.utils import timezone
 
-from agenda_language.progress import percent_rollup as agenda_percent
 from agendas.fill_nudge import fill_nudge
 from agendas.models import Agenda, AgendaProgress, AgendaWait, Execution, OperationProgress
 from agendas.queue_models import QueuedAgenda, ReadyAgenda
 from agendas.states.callback_outbox import callback_enqueue
 from agendas.states.lanes import lanes_charge, lanes_refund, lanes_wake
+from agendas.states.operations import OpState, operations_abort_unfinished
 from core.after_commit import after_commit
 from core.errors import InvalidTransition
 
 logger = logging.getLogger("pop.agendas")
 
 S = AgendaProgress.State
-OpState = OperationProgress.State
 
 TERMINAL: frozenset[str] = frozenset({S.SUCCEEDED, S.FAILED, S.ABORTED})
 WAITING: frozenset[str] = frozenset({S.PENDING, S.READY, S.QUEUED, S.PAUSED})
@@ -43,10 +42,10 @@ ALLOWED: dict[str, frozenset[str]] = {
     S.FAILED: frozenset({S.READY, S.PENDING}),
     S.ABORTED: frozenset({S.READY, S.PENDING}),
 }
-OPERATION_TERMINAL: frozenset[str] = frozenset({OpState.SUCCEEDED, OpState.FAILED, OpState.ABORTED})
-# Run in the transaction as agendas enter a terminal state, with (their ids, that state, whether
-# they left a waiting state, now): waits.py, built on this module, registers its release here.
-FINISH_HOOKS: list[Callable[[list[object], str, bool, datetime], None]] = []
+# Run in the transaction as agendas enter a terminal state, with (their locked progress rows,
+# that state, whether they left a waiting state, now): waits.py, built on this module,
+# registers its release here.
+FINISH_HOOKS: list[Callable[[list[AgendaProgress], str, bool, datetime], None]] = []
 
 
 def processing_state(state: str) -> str:
@@ -191,7 +190,7 @@ def transition(
     if target in TERMINAL:
         _log_completed(progress, now=now)
         for hook in FINISH_HOOKS:
-            hook([progress.agenda_id], target, source in WAITING, now)
+            hook([progress], target, source in WAITING, now)
 
 
 def _waits(agenda_id: object) -> bool:  # an open wait for other agendas (waits.py)
@@ -347,62 +346,6 @@ def _enter_queue(agenda_id: object, *, position: int | None, now: datetime) -> N
     ready.delete()
 
 
-def operation_set_state(
-    operation: OperationProgress, target: str, *, now: datetime | None = None
-) -> list[str]:
-    """Set an operation's state and its timing; return the fields changed (caller saves)."""
-    if target not in OpState.values:
-        raise ValueError(f"unknown operation state {target!r}")
-    if operation.state == target:
-        return []
-    now = now or timezone.now()
-    changed = ["state"]
-    if target == OpState.EXECUTING:
-        operation.attempt_count += 1
-        operation.started_at = now
-        operation.completed_at = None
-        changed += ["attempt_count", "started_at", "completed_at"]
-    elif target in OPERATION_TERMINAL:
-        if operation.state == OpState.WAITING and target in (OpState.SUCCEEDED, OpState.FAILED):
-            # Reports are sparse (docs/design.md §6.4): an operation that started and finished
-            # between two reports arrives only as done. It still ran once, no later than now.
-            operation.attempt_count += 1
-            operation.started_at = now
-            changed += ["attempt_count", "started_at"]
-        operation.completed_at = now
-        changed.append("completed_at")
-        if target == OpState.SUCCEEDED:
-            operation.percent_complete = 100.0
-            changed.append("percent_complete")
-    operation.state = target
-    return changed
-
-
-def operations_reset(progress: AgendaProgress, names: Iterable[str] | None) -> int:
-    """Put the named operations (all when `names` is None) back to waiting; return the count."""
-    operations = OperationProgress.objects.filter(agenda_progress=progress)
-    if names is not None:
-        operations = operations.filter(name__in=list(names))
-    return operations.update(
-        state=OpState.WAITING,
-        percent_complete=0.0,
-        message="",
-        result=None,
-        params={},
-        diagnostics=[],
-        started_at=None,
-        completed_at=None,
-        updated_at=timezone.now(),
-    )
-
-
-def operations_abort_unfinished(progress: AgendaProgress) -> int:
-    """Mark the agenda's waiting and executing operations aborted (the agenda was aborted)."""
-    return OperationProgress.objects.filter(
-        agenda_progress=progress, state__in=[OpState.WAITING, OpState.EXECUTING]
-    ).update(state=OpState.ABORTED, completed_at=timezone.now(), updated_at=timezone.now())
-
-
 # --- Execution outcomes and the retry policy (docs/design.md §4, §6.4, §8) ------------------------
 Outcome = Execution.Outcome
 # Outcomes that use up one of the agenda's `max_attempts`; a pause or an abort does not.
@@ -453,7 +396,26 @@ def execution_end(
         execution.diagnostics = [*execution.diagnostics, *diagnostics]
         fields.append("diagnostics")
     execution.save(update_fields=sorted(set(fields)))
+    state = _agenda_move_on(
+        progress, outcome, now=now, message=message, diagnostics=diagnostics,
+        progress_fields=progress_fields, retryable=retryable,
+    )  # fmt: skip
+    # Last, so the lane row (which fills skip while it is locked) is held only until commit.
     lanes_charge([execution], now=now)
+    return state
+
+
+def _agenda_move_on(
+    progress: AgendaProgress,
+    outcome: str,
+    *,
+    now: datetime,
+    message: str,
+    diagnostics: list[dict] | None,
+    progress_fields: Iterable[str],
+    retryable: bool,
+) -> str:
+    """execution_end's move of the agenda once its execution has ended."""
     extra = list(progress_fields)
     if outcome in COUNTED_OUTCOMES:
         progress.attempts_completed += 1
@@ -530,71 +492,3 @@ def execution_end(
     if delay <= 0:
         transition(progress, S.READY, now=now)
     return progress.state
-
-
-def operations_apply_report(
-    operations: dict[str, OperationProgress], items: list[dict], *, now: datetime
-) -> list[OperationProgress]:
-    """Apply a report's sparse operation items (names already checked) and save what changed."""
-    changed: list[OperationProgress] = []
-    for item in items:
-        operation = operations[item["name"]]
-        fields = _operation_apply_item(operation, item, now=now)
-        if fields:
-            operation.save(update_fields=sorted({*fields, "updated_at"}))
-            changed.append(operation)
-    return changed
-
-
-def _operation_apply_item(operation: OperationProgress, item: dict, *, now: datetime) -> list[str]:
-    fields = []
-    if item.get("state") is not None:
-        fields += operation_set_state(operation, item["state"], now=now)
-    # A worker reports an operation's whole diagnostics list, so it replaces the stored one.
-    for name in ("percent_complete", "message", "result", "params", "diagnostics"):
-        if name in item and getattr(operation, name) != item[name]:
-            setattr(operation, name, item[name])
-            fields.append(name)
-    return fields
-
-
-def percent_rollup(operations: Iterable[OperationProgress]) -> float:
-    """Agenda percent from its operation rows, by the roll-up the worker uses too."""
-    return agenda_percent((operation.state, operation.percent_complete) for operation in operations)
-
-
-def operations_fail_running(progress: AgendaProgress, *, message: str, now: datetime) -> int:
-    """Mark the agenda's executing operations failed (their worker is gone); return the count."""
-    return OperationProgress.objects.filter(
-        agenda_progress=progress, state=OpState.EXECUTING
-    ).update(state=OpState.FAILED, message=message, completed_at=now, updated_at=now)
-
-
-def operations_append(
-    progress: AgendaProgress, items: list[dict], *, now: datetime
-) -> list[OperationProgress]:
-    """Add generated operations (waiting) after the agenda's existing ones (POP updateAgenda).
-
-    Each keeps its whole definition, so a retry's pull can hand it to the next worker."""
-    last = (
-        OperationProgress.objects.filter(agenda_progress=progress)
-        .order_by("-position")
-        .values_list("position", flat=True)
-        .first()
-    )
-    start = -1 if last is None else last
-    return OperationProgress.objects.bulk_create(
-        OperationProgress(
-            agenda_progress=progress,
-            customer_id=progress.customer_id,
-            link_id=progress.link_id,
-            cid=progress.cid,
-            position=start + 1 + offset,
-            name=item["name"],
-            type=item["type"],
-            state=OpState.WAITING,
-            is_generated=True,
-            definition=item,
-        )
-        for offset, item in enumerate(items)
-    )

@@ -16,8 +16,9 @@ waiters' progress rows in pk order, then reads their waits, so concurrent finish
 waiter's upstreams take turns and exactly one of them sees the count reach 0; ending a wait
 (the waiter aborted, failed) happens under the waiter's lock too and touches no dependency
 row, so it never waits for a releaser that waits for it. A submit locks its upstreams' progress
-rows FOR SHARE while it reads their states and writes the dependencies: an upstream cannot
-finish unseen in between.
+rows (pk order) and marks them `has_waiters` while it reads their states and writes the
+dependencies: an upstream cannot finish unseen in between, and an upstream that was never
+marked finishes without a statement here.
 """
 
 import uuid
@@ -397,15 +398,21 @@ def _waits_create(
 
 
 def _states_locked(agenda_ids: list[uuid.UUID]) -> dict[uuid.UUID, str]:
-    rows = AgendaProgress.objects.filter(agenda_id__in=agenda_ids).order_by("pk")
-    rows = rows.values_list("agenda_id", "state")
+    """Lock the upstreams' progress rows (pk order), mark them `has_waiters` and return their
+    states: a finishing upstream (which locks its row first) either finished before this submit
+    read it, or waits for this submit to commit and then sees the mark and the dependencies."""
+    rows = AgendaProgress.objects.filter(agenda_id__in=agenda_ids)
     if connection.vendor != "postgresql":  # SQLite serialises writers: no lock needed
-        return dict(rows)
-    sql, params = rows.query.sql_with_params()
+        rows.update(has_waiters=True)
+        return dict(rows.values_list("agenda_id", "state"))
+    table = connection.ops.quote_name(AgendaProgress._meta.db_table)
     with connection.cursor() as cursor:
-        # FOR SHARE: a finishing upstream (FOR UPDATE) waits for this submit to commit and then
-        # sees its dependency rows, or this submit waits and reads the upstream finished.
-        cursor.execute(f"{sql} FOR SHARE", params)
+        cursor.execute(
+            f"WITH locked AS (SELECT id FROM {table} WHERE agenda_id = ANY(%s::uuid[]) "
+            f"ORDER BY id FOR UPDATE) UPDATE {table} p SET has_waiters = true FROM locked "
+            "WHERE p.id = locked.id RETURNING p.agenda_id, p.state",
+            [[str(agenda_id) for agenda_id in agenda_ids]],
+        )
         return dict(cursor.fetchall())
 
 
@@ -418,16 +425,23 @@ def _failure(on_failure: str, upstream: object, state: str | None) -> tuple[str,
 # --- The release ---------------------------------------------------------------------------
 
 
-def waits_release(agenda_ids: list[object], state: str, waiting: bool, now: datetime) -> None:
-    """Agendas entered the terminal `state`: end their own open waits when they left a waiting
-    state, then move on the agendas waiting for them, and down the chain of waiters. On the
-    common path (nothing waits for them) one UPDATE over the dependencies' upstream index."""
-    work = [(list(agenda_ids), state, waiting)]
+def waits_release(
+    progresses: list[AgendaProgress], state: str, waiting: bool, now: datetime
+) -> None:
+    """Agendas entered the terminal `state` (their locked progress rows): end their own open
+    waits when they left a waiting state, then move on the agendas waiting for them, and down
+    the chain of waiters. Free when nothing ever waited for them (no `has_waiters` mark): the
+    common finish sends no statement."""
+    work = [(list(progresses), state, waiting)]
     while work:
-        ids, state, waiting = work.pop()
+        progresses, state, waiting = work.pop()
         if waiting:
-            AgendaWait.objects.filter(agenda_id__in=ids, ended_at__isnull=True).update(ended_at=now)
-        finished = _dependencies_finish(ids, now=now)
+            AgendaWait.objects.filter(
+                agenda_id__in=[progress.agenda_id for progress in progresses],
+                ended_at__isnull=True,
+            ).update(ended_at=now)
+        upstreams = [progress.agenda_id for progress in progresses if progress.has_waiters]
+        finished = _dependencies_finish(upstreams, now=now) if upstreams else []
         if finished:
             work.extend(_waiters_move(finished, state, now=now))
 
@@ -454,7 +468,7 @@ def _dependencies_finish(ids: list[object], *, now: datetime) -> list[tuple[obje
 
 def _waiters_move(
     finished: list[tuple[object, object]], state: str, *, now: datetime
-) -> list[tuple[list[object], str, bool]]:
+) -> list[tuple[list[AgendaProgress], str, bool]]:
     """Count the finished upstreams against their waiters' open waits (waiters' progress rows
     locked first, in pk order) and move the waiters: ready when none is left, failed or aborted
     when `on` is succeeded and `state` is not. Returns the failed and aborted ones, whose own
@@ -502,7 +516,7 @@ def _waiters_move(
             release=False,  # their own waiters move next, in the caller's loop
         )
         if moving:
-            cascade.append(([progress.agenda_id for progress, _ in moving], target, True))
+            cascade.append(([progress for progress, _ in moving], target, True))
     return cascade
 
 

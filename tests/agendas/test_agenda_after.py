@@ -128,6 +128,44 @@ def test_waiter_becomes_ready_when_the_last_agenda_succeeds_not_before(
     assert (wait.remaining, wait.ended_at is not None) == (0, True)
 
 
+def test_only_agendas_something_waits_for_are_marked_to_look_for_waiters(submitter, submit_agenda):
+    upstream, unrelated = submit_agenda(submitter), submit_agenda(submitter)
+
+    submit_agenda(submitter, after={"agendas": [upstream.pk]})
+
+    marks = dict(
+        AgendaProgress.objects.filter(agenda__in=[upstream, unrelated]).values_list(
+            "agenda_id", "has_waiters"
+        )
+    )
+    assert marks == {upstream.pk: True, unrelated.pk: False}
+
+
+def test_a_waiter_submitted_while_its_agenda_runs_is_released_by_that_run(
+    submitter, submit_agenda, insight, worker
+):
+    upstream = submit_agenda(submitter)
+    fill_service.insight_fill(insight_id=insight.pk)
+    (pulled,) = pull_service.insight_pull(
+        principal=worker.user, insight=insight, worker="w1", count=1
+    )
+    waiter = submit_agenda(submitter, after={"agendas": [upstream.pk]})
+
+    report_service.execution_report_batch(
+        reports=[
+            {
+                "execution": pulled.execution.pk,
+                "lease_token": pulled.execution.lease_token,
+                "state": "succeeded",
+            }
+        ]
+    )
+
+    assert _state(upstream) == "succeeded"
+    assert _state(waiter) == "ready"
+    assert AgendaDependency.objects.get(waiter=waiter).finished_at is not None
+
+
 def test_failure_of_one_agenda_fails_the_waiter_with_its_reason(submitter, submit_agenda, finish):
     first, second = submit_agenda(submitter), submit_agenda(submitter)
     waiter = submit_agenda(

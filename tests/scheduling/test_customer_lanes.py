@@ -239,3 +239,42 @@ def test_fair_share_gives_back_every_charge_of_a_set_aborted_in_its_queue_at_onc
     lane = lane_of(customer, insight)
     assert lane.served == pytest.approx(0.0, abs=0.01)
     assert (lane.pending_count, lane.pending_charge) == (0, 0.0)
+
+
+@pytest.mark.parametrize("batch", [False, True], ids=["one report", "a batch"])
+def test_a_finishing_report_charges_fair_share_last_so_fills_skip_the_lane_only_until_commit(
+    submitter, submit_agenda, insight, customer, fill, pull, batch
+):
+    """A fill skips a lane row another transaction holds (SKIP LOCKED): every statement a report
+    sent after its charge would lengthen the time the lane loses its turns."""
+    from django.test.utils import CaptureQueriesContext
+
+    from scheduling import report as report_service
+
+    insight.scheduling_algorithm = Insight.Algorithm.FAIR_SHARE
+    insight.save()
+    submit_agenda(submitter, cost=5)
+    fill(insight)
+    [pulled] = pull(insight)
+    item = {
+        "execution": pulled.execution.pk,
+        "lease_token": pulled.execution.lease_token,
+        "state": "succeeded",
+    }
+
+    with CaptureQueriesContext(connection) as captured:
+        if batch:
+            report_service.execution_report_batch(reports=[item])
+        else:
+            report_service.execution_report(
+                execution_id=item["execution"], lease_token=item["lease_token"], state="succeeded"
+            )
+
+    statements = [
+        query["sql"]
+        for query in captured.captured_queries
+        if not query["sql"].startswith(("SAVEPOINT", "RELEASE SAVEPOINT"))
+    ]
+    assert CustomerLane._meta.db_table in statements[-1]
+    assert statements[-1].lstrip().startswith("WITH ended AS")
+    assert lane_of(customer, insight).pending_count == 0
