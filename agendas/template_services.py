@@ -9,7 +9,7 @@ latest unless one is named) and the agenda records its number.
 """
 
 import json
-from typing import Any
+from typing import Any, NamedTuple
 
 from django.contrib.auth.models import AbstractBaseUser
 from django.core.exceptions import ValidationError
@@ -301,13 +301,23 @@ def agenda_template_delete(*, principal: Principal, template: AgendaTemplate) ->
     template.delete()
 
 
+class TemplatePreview(NamedTuple):
+    """What a run would submit: the expanded body, what a run would refuse (by field path) and
+    the version it was expanded from (None for a template without versions)."""
+
+    agenda: dict
+    errors: dict[str, list[str]]
+    version: int | None
+
+
 def agenda_template_preview(
     *, principal: Principal, template: AgendaTemplate, payload: Any, version: int | None = None
-) -> tuple[dict, dict[str, list[str]]]:
+) -> TemplatePreview:
     """Expand the template's version `version` (default: the latest) with `payload` without
-    submitting; returns (body, problems): what a run would refuse in the operations and, as
+    submitting; the problems are what a run would refuse in the operations and, as
     `agenda.<name>`, in the body's options."""
-    body = template_expand(template=template, payload=payload, version=version)
+    number, fields = template_source(template, version)
+    body = _expanded(fields, payload)
     problems = validate_operations(body.get("operations"))
     try:
         agenda_options_checked(
@@ -315,7 +325,7 @@ def agenda_template_preview(
         )
     except ValidationError as error:
         problems |= error.message_dict
-    return body, problems
+    return TemplatePreview(body, problems, number)
 
 
 def agenda_template_run(

@@ -255,13 +255,17 @@ def template_detail(request: HttpRequest, template_id: object) -> HttpResponse:
                     )
                     messages.success(request, f"Agenda {agenda.pk} submitted.")
                     return redirect("pages:agenda-detail", agenda_id=agenda.pk)
-                body, problems = agenda_template_preview(
+                expanded = agenda_template_preview(
                     principal=request.user,
                     template=template,
                     payload=data["payload"],
                     version=data["version"],
                 )
-                preview = {"body": pretty_json(body), "problems": problems}
+                preview = {
+                    "body": pretty_json(expanded.agenda),
+                    "problems": expanded.errors,
+                    "version": expanded.version,
+                }
             except ValidationError as error:
                 form.add_service_errors(error)
     else:

@@ -13,7 +13,7 @@ from accounts.selectors import token_for_key
 from accounts.services import token_issue
 from agendas.models import Agenda, AgendaTemplate
 from agendas.services import agenda_submit
-from agendas.template_services import template_run
+from agendas.template_services import template_run, template_version_record
 from core.principals import SYSTEM
 from resourcepools.models import Customer, Insight, Membership, ResourcePool
 from scheduling.models import Schedule
@@ -229,7 +229,7 @@ def demo_load(worker_token: str = "", sample_media: str = "") -> DemoSummary:
             "is_global": True,
         },
     )
-    AgendaTemplate.objects.get_or_create(
+    log_only, _ = AgendaTemplate.objects.get_or_create(
         customer=acme,
         name="log-only",
         defaults={
@@ -248,6 +248,9 @@ def demo_load(worker_token: str = "", sample_media: str = "") -> DemoSummary:
             "is_global": True,
         },
     )
+    for template in (media, packaging, log_only, pulse):
+        # Version 1 (none again when it is there): the demo's agendas name their version.
+        template_version_record(principal=SYSTEM, template=template, note="demo")
     # Each load restarts the pulse for its first minutes (then the schedule expires).
     Schedule.objects.update_or_create(
         customer=acme,

@@ -539,6 +539,10 @@ class TemplatePreviewResponseSerializer(serializers.Serializer):
         child=serializers.ListField(child=serializers.CharField()),
         help_text="What a run would refuse, by field path; empty when it would be accepted.",
     )
+    version = serializers.IntegerField(
+        allow_null=True,
+        help_text="The template version expanded (null: a template saved without versions).",
+    )
 
 
 class ProgressSummaryAgendaSerializer(serializers.Serializer):

@@ -348,10 +348,10 @@ class AgendaTemplateViewSet(
     def preview(self, request: Request, pk: str) -> Response:
         payload = TemplatePreviewSerializer(data=request.data)
         payload.is_valid(raise_exception=True)
-        body, errors = agenda_template_preview(
+        preview = agenda_template_preview(
             principal=request.user, template=self.get_object(), **payload.validated_data
         )
-        return Response({"agenda": body, "errors": errors})
+        return Response(preview._asdict())
 
     # Versions: whoever reads the template reads them (docs/design.md §5.3).
 

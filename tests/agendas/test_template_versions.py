@@ -202,15 +202,19 @@ def test_a_preview_expands_the_version_it_names(make_template, admin_member, sub
     template = make_template()
     agenda_template_update(principal=admin_member.user, template=template, agenda=body_with("log"))
 
-    latest, _ = agenda_template_preview(
+    latest = agenda_template_preview(
         principal=submitter.user, template=template, payload={"url": "u"}
     )
-    first, problems = agenda_template_preview(
+    first = agenda_template_preview(
         principal=submitter.user, template=template, payload={"url": "u"}, version=1
     )
 
-    assert latest["operations"][0]["type"] == "log"
-    assert (first["operations"][0]["type"], problems) == ("mediainfo", {})
+    assert (latest.agenda["operations"][0]["type"], latest.version) == ("log", 2)
+    assert (first.agenda["operations"][0]["type"], first.errors, first.version) == (
+        "mediainfo",
+        {},
+        1,
+    )
 
 
 def test_a_version_keeps_its_own_payload_schema(make_template, admin_member, submitter):

@@ -158,7 +158,40 @@ def test_preview_expands_without_submitting_and_lists_problems(viewer_client, cu
     assert response.status_code == 200
     assert response.json()["agenda"]["operations"][0]["depends_on"] == ["ghost"]
     assert response.json()["errors"] == {"operations.0.depends_on": ["Unknown operation 'ghost'."]}
+    assert response.json()["version"] is None  # saved around the services: no versions
     assert not Agenda.objects.exists()
+
+
+def test_preview_names_the_version_it_expanded(admin_client, viewer_client, customer):
+    created = admin_client.post(
+        "/api/v1/agenda-templates/",
+        {
+            "name": "versioned",
+            "customer": str(customer.pk),
+            "agenda": {"operations": [{"name": "a", "type": "log"}]},
+        },
+        format="json",
+    )
+    assert created.status_code == 201, created.content
+    template_id = created.json()["id"]
+    edited = admin_client.patch(
+        f"/api/v1/agenda-templates/{template_id}/",
+        {"agenda": {"operations": [{"name": "b", "type": "log"}]}},
+        format="json",
+    )
+    assert edited.status_code == 200, edited.content
+
+    def preview(**extra):
+        return viewer_client.post(
+            f"/api/v1/agenda-templates/{template_id}/preview/",
+            {"payload": {}, **extra},
+            format="json",
+        ).json()
+
+    latest, first = preview(), preview(version=1)
+
+    assert (latest["version"], latest["agenda"]["operations"][0]["name"]) == (2, "b")
+    assert (first["version"], first["agenda"]["operations"][0]["name"]) == (1, "a")
 
 
 def test_preview_of_a_refused_payload_is_400(viewer_client, template):

@@ -6,7 +6,7 @@ import pytest
 from django.apps import apps
 from django.core.management import call_command
 
-from agendas.models import AgendaProgress
+from agendas.models import Agenda, AgendaProgress
 
 pytestmark = pytest.mark.django_db
 
@@ -43,6 +43,10 @@ def test_pop_demo_run_twice_is_idempotent(tmp_path):
     assert "Demo data ready (0 new agendas)." in second
     assert counts["agendas.Agenda"] == 16
     assert counts["resourcepools.Customer"] == 4
+    assert counts["agendas.AgendaTemplateVersion"] == counts["agendas.AgendaTemplate"] == 4
+    from_templates = Agenda.objects.filter(template__isnull=False)
+    assert from_templates.exists()
+    assert not from_templates.filter(template_version__isnull=True).exists()
     assert _row_counts() == counts
     assert token_file.read_text() == token != ""
     assert sorted(AgendaProgress.objects.values_list("agenda_id", "state")) == progress
