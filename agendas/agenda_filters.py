@@ -7,6 +7,7 @@ from django import forms
 
 from agendas.labels import MAX_LABELS, label_filter_parsed, labels_matching
 from agendas.models import Agenda, AgendaProgress
+from agendas.selectors import agendas_in_states
 from core.api import OwnedRowFilter, customer_filter, id_prefix_filter
 
 AgendaState = AgendaProgress.State
@@ -59,6 +60,7 @@ class AgendaFilter(OwnedRowFilter):
         field_name="progress__state",
         choices=AgendaState.choices,
         distinct=False,  # one progress row per agenda: DISTINCT would only cost a sort
+        method="filter_states",
         help_text="Only agendas in these states (repeat the parameter for several).",
     )
     insight = django_filters.UUIDFilter(field_name="insight_id", help_text="Insight id.")
@@ -69,3 +71,12 @@ class AgendaFilter(OwnedRowFilter):
     class Meta:
         model = Agenda
         fields = ["link_id", "cid", "customer", "state", "insight", "template", "external_id"]
+
+    def filter_states(self, queryset, name, value):
+        if not value:
+            return queryset
+        # Actions on a set re-apply the filters without a request, on a queryset already scoped.
+        principal = getattr(self.request, "user", None)
+        if principal is None:
+            return queryset.filter(progress__state__in=value)
+        return agendas_in_states(queryset, value, principal=principal)

@@ -24,6 +24,23 @@ from resourcepools.selectors import (
 )
 
 
+def agendas_in_states(
+    agendas: QuerySet[Agenda], states: Iterable[str], *, principal: Principal
+) -> QuerySet[Agenda]:
+    """The principal's `agendas` whose progress is in one of `states`. A customer's user gets
+    the scope repeated on the progress side (its rows name the agenda's customer), so
+    PostgreSQL reads it by the (customer, state) index instead of every agenda in that state:
+    the big customer's capped count of failed agendas at a million agendas 201 → ~125 ms
+    (bench `history`). Staff get no such condition (a join condition between the two
+    customer columns made the planner misjudge the first page: 41 → 820 ms)."""
+    if principal_is_staff(principal):
+        return agendas.filter(progress__state__in=list(states))
+    return agendas.filter(
+        progress__state__in=list(states),
+        progress__customer_id__in=customer_ids_with_role(principal),
+    )
+
+
 def _scoped(queryset: QuerySet, principal: Principal, field: str = "customer_id") -> QuerySet:
     if principal_is_staff(principal):
         return queryset
@@ -138,7 +155,7 @@ def agenda_search(
     """Visible agendas matching the page's filters, newest first, without their operations."""
     agendas = agenda_list(principal=principal).prefetch_related(None)
     if state:
-        agendas = agendas.filter(progress__state=state)
+        agendas = agendas_in_states(agendas, [state], principal=principal)
     if customer_id:
         agendas = agendas.filter(customer_id=customer_id)
     if link_id:
