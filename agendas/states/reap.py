@@ -36,6 +36,16 @@ AGENDA_SIDE_ROWS: frozenset[tuple[str, str]] = frozenset(
     }
 )
 
+# SET_NULL relations whose rows always belong to the same agenda as the row they point at, so
+# the reap deletes them in the same statement and never needs to null them: a progress row's
+# `current_execution` is an execution of its own agenda (claim.py sets it). Skipping that
+# UPDATE saves a probe of the progress index per execution (a batch of 1,000 at a million
+# agendas, warm: 55 → 42–44 ms in EXPLAIN ANALYZE); were the rule ever broken, the database's
+# foreign key would fail the batch, never leave a dangling pointer.
+OWN_AGENDA_SET_NULL: frozenset[tuple[str, str]] = frozenset(
+    {("AgendaProgress", "current_execution")}
+)
+
 # The pick: terminal progress rows in (state, completed_at) order — the index
 # progress_state_completed — from where the last batch ended and only below the cutoff of the
 # shortest TTL (nothing expired: an empty index range), checked against their own customer's
@@ -129,7 +139,8 @@ def _collect_deletes(model: type[Model], ids: str, direct: str, deletes: list, d
                 child_ids = f"ANY(ARRAY(SELECT {_quoted(target)} FROM {table} WHERE {where}))"
             _collect_deletes(child, child_ids, field.column, deletes, depth + 1)
         elif relation.on_delete is SET_NULL:
-            set_null.append((child, field.column, target))
+            if (child.__name__, field.name) not in OWN_AGENDA_SET_NULL:
+                set_null.append((child, field.column, target))
         elif relation.on_delete is not DO_NOTHING:
             raise ImproperlyConfigured(
                 f"reap: {child.__name__}.{field.name} has on_delete="
