@@ -208,6 +208,8 @@ class CallbackDelivery(models.Model):
                 name="callback_due",
             ),
             models.Index(fields=["agenda", "id"], name="callback_agenda_order"),
+            # The given-up deliveries /metrics counts, however many were delivered.
+            models.Index(fields=["id"], condition=Q(status="failed"), name="callback_failed"),
         ]
 
     def __str__(self) -> str:

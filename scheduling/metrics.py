@@ -2,7 +2,7 @@
 
 Two kinds:
 - Levels (ready / queued / executing per insight, per customer too with
-  POP_METRICS_PER_CUSTOMER; oldest ready age, callback outbox by status) are read from the
+  POP_METRICS_PER_CUSTOMER; oldest ready age, callback outbox pending and failed) are read from the
   database at scrape time by `DatabaseCollector`, so every web node reports the same truth
   whichever process did the work.
 - Events (fills, pulls, pull latency, reports, outcomes, reclaims, callback outcomes) are
@@ -141,12 +141,14 @@ class DatabaseCollector(Collector):
         yield tick
 
         outbox = GaugeMetricFamily(
-            "pop_callback_deliveries", "Callback outbox rows by status.", labels=["status"]
+            "pop_callback_deliveries",
+            "Callback outbox rows waiting to be sent (pending) or given up (failed).",
+            labels=["status"],
         )
-        for status, count in (
-            CallbackDelivery.objects.values_list("status").annotate(n=Count("pk")).order_by()
-        ):
-            outbox.add_metric([status], count)
+        # Each count reads its own partial index; delivered rows are history (counted as they
+        # go in pop_callbacks_total) and counting them would read every one of them.
+        for status in (CallbackDelivery.Status.PENDING, CallbackDelivery.Status.FAILED):
+            outbox.add_metric([status], CallbackDelivery.objects.filter(status=status).count())
         yield outbox
 
 

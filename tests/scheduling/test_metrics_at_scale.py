@@ -89,3 +89,33 @@ def test_per_customer_series_are_an_opt_in_naming_each_customer_with_work(
         expected = set(rows.values_list("customer__slug", flat=True).distinct())
         assert customers == expected, name
     assert len(_with_customer(samples)) == MANY  # every customer's agenda is in one level
+
+
+def test_the_callback_gauge_counts_the_backlog_and_the_given_up_never_the_delivered_history(
+    scrape, submitter, submit_agenda
+):
+    from django.utils import timezone
+
+    from scheduling.models import CallbackDelivery
+
+    agenda = submit_agenda(submitter)
+    Status = CallbackDelivery.Status
+    for status in [Status.DELIVERED] * 5 + [Status.FAILED] + [Status.PENDING] * 2:
+        CallbackDelivery.objects.create(
+            agenda=agenda,
+            customer=agenda.customer,
+            url="https://hooks.example.com/pop",
+            event="succeeded",
+            body={},
+            next_attempt_at=timezone.now(),
+            status=status,
+        )
+
+    samples = scrape()
+
+    gauge = {
+        dict(labels)["status"]: value
+        for (name, labels), value in samples.items()
+        if name == "pop_callback_deliveries"
+    }
+    assert gauge == {"pending": 2, "failed": 1}
