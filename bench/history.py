@@ -15,8 +15,9 @@ then the median of 3 (a request slower than 2 s is timed once), statements count
 CaptureQueriesContext. Deep pages sit halfway down what the principal sees (500,000 rows deep
 for staff at 1M): a cursor built as DRF builds it (`p=<created_at of that row>`), and the same
 depth by offset, which is refused (400) past 10,000 by design.
-Then 400 alert rules (bench.alerts.make_rules) are evaluated and one reap deletes the 10%
-expired agendas (bench.reap.counted_reap).
+Then 400 alert rules (bench.alerts.make_rules) are evaluated, a worker's loop runs over the
+long history (pull 10 + one batch report, 60 times: ms and statements an agenda), and one reap
+deletes the 10% expired agendas (bench.reap.counted_reap).
 """
 
 from __future__ import annotations
@@ -38,6 +39,7 @@ from bench.common import (
     PYTHON,
     ROOT,
     PhaseResult,
+    World,
     bench_database,
     bulk_insert_ready,
     close_django_connections,
@@ -459,11 +461,72 @@ def measure(total: int) -> dict:
         alerts["next_s"] = statistics.median(p[0] for p in later)
         alerts["next_q"] = later[0][1]
         say(f"  alerts: first pass {first_s:.3f} s ({first_q} q), then {alerts['next_s']:.3f} s")
+        hot = hot_path(dbname, info)
+        say(f"  hot path: {hot['ms']:.2f} ms and {hot['q']:.2f} statements an agenda")
         reaped, seconds, statements = counted_reap()
         reap = {"reaped": reaped, "seconds": seconds, "q": statements}
         say(f"  reap: {reaped:,} in {seconds:.2f} s = {reaped / seconds:,.0f}/s")
         close_django_connections()
-    return {"rows": rows, "alerts": alerts, "reap": reap, "build_s": info["build_s"]}
+    return {
+        "rows": rows,
+        "alerts": alerts,
+        "hot": hot,
+        "reap": reap,
+        "build_s": info["build_s"],
+    }
+
+
+HOT_ROUNDS = 60
+HOT_PULL = 10
+
+
+def hot_path(dbname: str, info: dict) -> dict:
+    """The worker's loop over a long history: pull 10 (filling the default queue of 10 inline)
+    and one batch report of their successes, `HOT_ROUNDS` times, in process, on agendas made
+    ready for it (5 for each of 120 customers). Returns the median ms an agenda over the
+    rounds and the statements an agenda."""
+    from django.contrib.auth import get_user_model
+    from django.db import connection
+
+    from resourcepools.models import Insight
+    from scheduling.pull import insight_pull
+    from scheduling.report import execution_report_batch
+
+    close_django_connections()
+    bulk_insert_ready(
+        dbname, insight_id=info["insight"], customer_ids=info["customer_ids"][:120], per_customer=5
+    )
+    insight = Insight.objects.get(pk=info["insight"])
+    worker = get_user_model().objects.get(pk=World.from_json(info["world"]).worker_user_id)
+    statements, per_agenda, moved = 0, [], 0
+
+    def count(execute, sql, params, many, context):
+        nonlocal statements
+        statements += 1
+        return execute(sql, params, many, context)
+
+    with connection.execute_wrapper(count):
+        for _ in range(HOT_ROUNDS):
+            started = time.perf_counter()
+            pulled = insight_pull(principal=worker, insight=insight, worker="hot", count=HOT_PULL)
+            execution_report_batch(
+                reports=[
+                    {
+                        "execution": item.execution.pk,
+                        "lease_token": item.execution.lease_token,
+                        "state": "succeeded",
+                    }
+                    for item in pulled
+                ]
+            )
+            if pulled:
+                per_agenda.append((time.perf_counter() - started) * 1000 / len(pulled))
+                moved += len(pulled)
+    return {
+        "ms": statistics.median(per_agenda),
+        "q": statements / max(moved, 1),
+        "agendas": moved,
+    }
 
 
 # --- the phase ---------------------------------------------------------------------------
@@ -549,6 +612,23 @@ def report(one: dict, two: dict, small: int, large: int) -> dict:
                 "ok": b < TARGET_ALERTS,
             }
         )
+    a, b = one["hot"], two["hot"]
+    table.append(
+        f"| pull {HOT_PULL} + batch report, ms an agenda ({b['agendas']} agendas) | worker | "
+        f"{a['ms']:.2f} ({a['q']:.1f}) | {b['ms']:.2f} ({b['q']:.1f}) | {b['ms'] / a['ms']:.2f} "
+        f"| | {'yes' if b['ms'] / a['ms'] <= 2 else '**no**'} |"
+    )
+    figures.append(
+        {
+            "metric": f"pull {HOT_PULL} + batch report at {large:,} agendas, per agenda",
+            "value": b["ms"],
+            "unit": "ms",
+            "ratio": b["ms"] / a["ms"],
+            "reference": f"{small:,} agendas",
+            "target": "≤ 2× the small history",
+            "ok": b["ms"] / a["ms"] <= 2,
+        }
+    )
     rates = [r["reap"]["reaped"] / r["reap"]["seconds"] for r in (one, two)]
     table.append(
         f"| reap ({one['reap']['reaped']:,} / {two['reap']['reaped']:,} expired), agendas/s | — "
