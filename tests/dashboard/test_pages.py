@@ -16,7 +16,7 @@ from scheduling.models import Alert, AlertRule, CallbackDelivery, Schedule
 from scheduling.pull import insight_pull
 from scheduling.report import execution_report
 from scheduling.schedule_services import schedule_create
-from tests.factories import AgendaTemplateFactory
+from tests.factories import AgendaTemplateFactory, CustomerFactory
 
 pytestmark = pytest.mark.django_db
 Role = Membership.Role
@@ -525,6 +525,42 @@ def test_agenda_filters_by_customer_and_insight_tell_them_apart(
     assert by_other == {str(theirs.pk)}
     assert by_insight == {str(ours_transcoded.pk)}
     assert both == {str(ours.pk)}
+
+
+def test_with_more_customers_than_a_select_shows_the_customer_filter_is_typed_by_slug(
+    client_for, staff_user, submitter, other_submitter, submit_agenda, pool, monkeypatch
+):
+    from agendas import forms as agenda_forms
+
+    monkeypatch.setattr(agenda_forms, "CHOICES_SHOWN", 3)
+    CustomerFactory.create_batch(3, resource_pool=pool)
+    ours, theirs = submit_agenda(submitter), submit_agenda(other_submitter)
+    client = client_for(staff_user)
+
+    page = text_of(client.get("/agendas/"))
+    by_slug = client.get(f"/agendas/?customer={submitter.customer.slug}")
+    by_id = listed(client.get(f"/agendas/?customer={other_submitter.customer.pk}"))
+    refreshed = listed(client.get(f"/agendas/?customer={submitter.customer.slug}&partial=1"))
+    unknown = text_of(client.get("/agendas/?customer=no-such-customer"))
+
+    assert '<select name="customer"' not in page
+    assert 'name="customer"' in page and "Customer (slug or id)" in page
+    assert listed(by_slug) == refreshed == {str(ours.pk)}
+    assert by_id == {str(theirs.pk)}
+    assert "No customer no-such-customer." in unknown
+
+
+def test_a_customer_filter_typed_by_slug_finds_only_the_users_own_customers(
+    client_for, submitter, other_submitter, submit_agenda, monkeypatch
+):
+    from agendas import forms as agenda_forms
+
+    monkeypatch.setattr(agenda_forms, "CHOICES_SHOWN", 0)
+    submit_agenda(other_submitter)
+
+    page = text_of(client_for(submitter).get(f"/agendas/?customer={other_submitter.customer.slug}"))
+
+    assert f"No customer {other_submitter.customer.slug}." in page
 
 
 def test_agenda_label_filters_are_anded_and_a_bad_one_says_how_to_write_it(
