@@ -20,6 +20,7 @@ from agendas.outputs import agenda_outputs, is_web_link
 from agendas.payload_example import payload_example
 from agendas.selectors import (
     agenda_list,
+    agenda_progress_in_states,
     agenda_search,
     agenda_template_list,
     execution_list,
@@ -81,7 +82,18 @@ def agendas(request: HttpRequest) -> HttpResponse:
         text=filters.get("text") or "",
         labels=filters.get("label") or (),
     )
-    page = CappedCountPaginator(rows, AGENDAS_PER_PAGE).get_page(request.GET.get("page"))
+    count_from = None
+    if filters.get("state") and not any(
+        filters.get(name) for name in ("link_id", "template", "insight", "text", "label")
+    ):
+        # Only states (and a customer): counted on the progress rows, without the join.
+        count_from = agenda_progress_in_states(
+            principal=request.user,
+            states=[filters["state"]],
+            customer_id=filters.get("customer") or None,
+        )
+    paginator = CappedCountPaginator(rows, AGENDAS_PER_PAGE, count_from=count_from)
+    page = paginator.get_page(request.GET.get("page"))
     query = request.GET.copy()
     query.pop("page", None)
     query.pop("partial", None)

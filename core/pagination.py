@@ -52,6 +52,7 @@ class Pagination(LimitOffsetPagination):
 
     def paginate_queryset(self, queryset: Any, request: Request, view: Any = None) -> Any:
         self._keyset = None
+        self._view = view
         if self.cursor_query_param in request.query_params:
             self._keyset = _KeysetPages()
             try:
@@ -65,7 +66,11 @@ class Pagination(LimitOffsetPagination):
 
     def get_count(self, queryset: Any) -> int:
         """At most MAX_OFFSET + 1: exact up to the deepest offset page, "more" beyond (a count
-        of a long filtered history reads every matching row; nothing can page past it)."""
+        of a long filtered history reads every matching row; nothing can page past it). A view
+        may count other rows that match one for one (its `count_queryset`)."""
+        count_queryset = getattr(getattr(self, "_view", None), "count_queryset", None)
+        if count_queryset is not None:
+            queryset = count_queryset(queryset)
         try:
             return queryset.order_by()[: MAX_OFFSET + 1].count()
         except (AttributeError, TypeError):
@@ -128,8 +133,16 @@ class CappedCountPaginator(Paginator):
     cap = MAX_OFFSET
     capped = False
 
+    def __init__(
+        self, object_list: Any, per_page: int, *args: Any, count_from: Any = None, **kwargs: Any
+    ):
+        """`count_from`: rows that match `object_list` one for one and are cheaper to count
+        (the admin passes Paginator's own arguments by position)."""
+        super().__init__(object_list, per_page, *args, **kwargs)
+        self.count_from = object_list if count_from is None else count_from
+
     @cached_property
     def count(self) -> int:
-        counted = self.object_list.order_by()[: self.cap + 1].count()
+        counted = self.count_from.order_by()[: self.cap + 1].count()
         self.capped = counted > self.cap
         return min(counted, self.cap)

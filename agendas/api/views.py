@@ -49,6 +49,7 @@ from agendas.api.template_version_serializers import (
 from agendas.models import Agenda, AgendaTemplateVersion
 from agendas.selectors import (
     agenda_list,
+    agenda_progress_in_states,
     agenda_progress_list,
     agenda_template_list,
     execution_list,
@@ -125,6 +126,11 @@ def bulk_results(results: list[Agenda | dict]) -> list[dict]:
     ]
 
 
+# Query parameters of the agenda list that a count of progress rows honours (the filters
+# validated them before the page is counted).
+PROGRESS_COUNTABLE = frozenset({"state", "customer", "limit", "offset", "ordering", "format"})
+
+
 @extend_schema(tags=["agendas"])
 class AgendaViewSet(mixins.ListModelMixin, mixins.RetrieveModelMixin, CustomerScopedViewSet):
     """Agendas: submit (one or in bulk), read with progress, rerun, abort, pause, resume."""
@@ -135,6 +141,18 @@ class AgendaViewSet(mixins.ListModelMixin, mixins.RetrieveModelMixin, CustomerSc
     # Only orderings an index serves, for staff and for a customer (docs/design.md §10.4).
     ordering_fields = ["created_at", "priority"]
     ordering = ["-created_at"]
+
+    def count_queryset(self, queryset: QuerySet[Agenda]) -> QuerySet:
+        """What an offset page counts: with no filter but `state` (and `customer`), the
+        progress rows in those states (core/pagination.py); else the page's own rows."""
+        params = self.request.query_params
+        if "state" not in params or set(params) - PROGRESS_COUNTABLE:
+            return queryset
+        return agenda_progress_in_states(
+            principal=self.request.user,
+            states=params.getlist("state"),
+            customer_id=params.get("customer") or None,
+        )
 
     def get_serializer_class(self) -> type[AgendaSerializer]:
         # One agenda also says why it waits; a list leaves that out (a read per row).

@@ -284,3 +284,36 @@ def test_id_prefix_is_a_range_of_the_primary_key_not_a_text_match(submitter, sub
     sql = str(rows.query)
     assert "LIKE" not in sql.upper() and ">=" in sql and "<=" in sql
     assert list(rows) == [agenda]
+
+
+def test_a_list_filtered_only_by_state_counts_its_progress_rows_without_the_agendas_join(
+    client, staff_client, submitter, other_submitter, agenda_in_state
+):
+    from django.db import connection
+
+    for _ in range(2):
+        agenda_in_state(submitter, "paused")
+    agenda_in_state(submitter, "ready")
+    agenda_in_state(other_submitter, "paused")
+    theirs = str(other_submitter.customer.pk)
+    statements = []
+
+    def record(execute, sql, params, many, context):
+        statements.append(sql)
+        return execute(sql, params, many, context)
+
+    with connection.execute_wrapper(record):
+        own = client.get("/api/v1/agendas/", {"state": "paused"}).json()
+    everyone = staff_client.get("/api/v1/agendas/", {"state": ["paused", "ready"]}).json()
+    one_customer = staff_client.get("/api/v1/agendas/", {"state": "paused", "customer": theirs})
+    foreign = client.get("/api/v1/agendas/", {"state": "paused", "customer": theirs}).json()
+    with_another_filter = client.get("/api/v1/agendas/", {"state": "paused", "priority": 1})
+
+    assert own["count"] == len(own["results"]) == 2
+    assert everyone["count"] == len(everyone["results"]) == 4
+    assert one_customer.json()["count"] == 1
+    assert (foreign["count"], foreign["results"]) == (0, [])
+    assert with_another_filter.status_code == 200
+    counts = [sql for sql in statements if sql.startswith("SELECT COUNT(*) FROM (SELECT")]
+    assert len(counts) == 1, statements
+    assert '"agendas_agendaprogress"' in counts[0] and '"agendas_agenda"' not in counts[0]

@@ -563,6 +563,31 @@ def test_a_customer_filter_typed_by_slug_finds_only_the_users_own_customers(
     assert f"No customer {other_submitter.customer.slug}." in page
 
 
+def test_the_agenda_page_filtered_only_by_state_counts_progress_rows_without_the_join(
+    client_for, submitter, other_submitter, agenda_in_state
+):
+    from django.db import connection
+
+    mine = agenda_in_state(submitter, "paused")
+    agenda_in_state(submitter, "ready")
+    agenda_in_state(other_submitter, "paused")
+    statements = []
+
+    def record(execute, sql, params, many, context):
+        statements.append(sql)
+        return execute(sql, params, many, context)
+
+    client = client_for(submitter)
+    with connection.execute_wrapper(record):
+        by_state = listed(client.get("/agendas/?state=paused"))
+    by_state_and_text = listed(client.get(f"/agendas/?state=paused&text={mine.pk}"))
+
+    assert by_state == by_state_and_text == {str(mine.pk)}
+    counts = [sql for sql in statements if sql.startswith("SELECT COUNT(*) FROM (SELECT")]
+    assert len(counts) == 1, statements
+    assert '"agendas_agendaprogress"' in counts[0] and '"agendas_agenda"' not in counts[0]
+
+
 def test_agenda_label_filters_are_anded_and_a_bad_one_says_how_to_write_it(
     client_for, submitter, other_submitter, submit_agenda
 ):
