@@ -1,12 +1,11 @@
 """Forms of the agenda, template and progress pages."""
 
 import json
-import uuid
 from typing import Any
 
 from django import forms
 from django.core.exceptions import ValidationError
-from django.db.models import Q, QuerySet
+from django.db.models import QuerySet
 
 from agendas.labels import label_filter_parsed
 from agendas.models import AgendaProgress
@@ -15,6 +14,7 @@ from agendas.selectors import (
 )
 from core.api import unstorable_text_problem
 from core.parsers import json_loads_limited
+from resourcepools.forms import CHOICES_SHOWN, CustomerKeyField
 from resourcepools.models import Customer, Membership
 from resourcepools.selectors import (
     customer_list,
@@ -24,33 +24,6 @@ from resourcepools.selectors import (
 
 Role = Membership.Role
 State = AgendaProgress.State
-# A filter select lists at most this many customers or templates; past it the field is typed
-# (a customer's slug or id, a template's id): a select of every customer of a big farm would
-# be drawn and sent on every page view.
-CHOICES_SHOWN = 100
-
-
-class CustomerKeyField(forms.CharField):
-    """A customer named by slug or id, resolved among the principal's customers to its id."""
-
-    def __init__(self, *, principal: Any, **kwargs: Any) -> None:
-        self.principal = principal
-        kwargs.setdefault("label", "Customer (slug or id)")
-        super().__init__(required=False, max_length=255, strip=True, **kwargs)
-
-    def clean(self, value: Any) -> str:
-        text = super().clean(value)
-        if not text:
-            return ""
-        try:
-            key = Q(pk=uuid.UUID(text))
-        except ValueError:
-            key = Q(slug=text)
-        found = customer_list(principal=self.principal).filter(key).values_list("pk", flat=True)
-        found = found.first()
-        if found is None:
-            raise ValidationError(f"No customer {text}.")
-        return str(found)
 
 
 class AgendaFilterForm(forms.Form):
@@ -87,7 +60,7 @@ class AgendaFilterForm(forms.Form):
         self.fields["state"].choices = [("", "any state"), *State.choices]
         if not with_choices:
             # The 5-second table refresh re-applies the filters without building the selects.
-            self.fields["customer"] = CustomerKeyField(principal=principal)
+            self.fields["customer"] = CustomerKeyField(customers=customer_list(principal=principal))
             for name in ("template", "insight"):
                 self.fields[name] = forms.UUIDField(required=False)
             return
@@ -97,7 +70,7 @@ class AgendaFilterForm(forms.Form):
             .values_list("pk", "name")[: CHOICES_SHOWN + 1]
         )
         if len(customers) > CHOICES_SHOWN:
-            self.fields["customer"] = CustomerKeyField(principal=principal)
+            self.fields["customer"] = CustomerKeyField(customers=customer_list(principal=principal))
         else:
             self.fields["customer"].choices = [("", "any customer")] + [
                 (str(pk), name) for pk, name in sorted(customers, key=lambda row: row[1])

@@ -6,13 +6,17 @@ from django import forms
 from django.contrib.auth.decorators import login_required
 from django.core.exceptions import PermissionDenied
 from django.core.paginator import Paginator
+from django.db.models import QuerySet
 from django.http import HttpRequest, HttpResponse
 from django.shortcuts import render
 
 from audit.selectors import audit_event_list, audit_reader
-from resourcepools.selectors import customer_list
+from resourcepools.forms import CHOICES_SHOWN, CustomerKeyField
+from resourcepools.models import Customer, Membership
+from resourcepools.selectors import customer_ids_with_role, customer_list, principal_is_staff
 
 EVENTS_PER_PAGE = 50
+Role = Membership.Role
 
 
 class AuditFilterForm(forms.Form):
@@ -22,9 +26,17 @@ class AuditFilterForm(forms.Form):
     since = forms.DateTimeField(required=False, label="Since (UTC)")
     until = forms.DateTimeField(required=False, label="Until (UTC)")
 
-    def __init__(self, *args: Any, customers: list[tuple[str, str]], **kwargs: Any) -> None:
+    def __init__(self, *args: Any, customers: QuerySet[Customer], **kwargs: Any) -> None:
+        """`customers`: the ones whose events the viewer reads; a select of them up to
+        CHOICES_SHOWN, else typed (slug or id)."""
         super().__init__(*args, **kwargs)
-        self.fields["customer"].choices = [("", "any customer"), *customers]
+        shown = list(customers.order_by().values_list("pk", "name")[: CHOICES_SHOWN + 1])
+        if len(shown) > CHOICES_SHOWN:
+            self.fields["customer"] = CustomerKeyField(customers=customers)
+            return
+        self.fields["customer"].choices = [("", "any customer")] + [
+            (str(pk), name) for pk, name in sorted(shown, key=lambda row: row[1])
+        ]
 
 
 @login_required
@@ -32,13 +44,11 @@ def event_list(request: HttpRequest) -> HttpResponse:
     if not audit_reader(request.user):
         raise PermissionDenied("Reading the audit trail needs the admin role for a customer.")
     events = audit_event_list(principal=request.user)
-    visible = events.exclude(customer_id=None).values("customer_id")
-    customers = [
-        (str(pk), name)
-        for pk, name in customer_list(principal=request.user)
-        .filter(pk__in=visible)
-        .values_list("pk", "name")
-    ]
+    # The customers whose trail the viewer reads (not "those with events": that would read the
+    # whole trail to draw the form).
+    customers = customer_list(principal=request.user)
+    if not principal_is_staff(request.user):
+        customers = customers.filter(pk__in=customer_ids_with_role(request.user, Role.ADMIN))
     form = AuditFilterForm(request.GET or None, customers=customers)
     filters = form.cleaned_data if form.is_valid() else {}
     if filters.get("customer"):

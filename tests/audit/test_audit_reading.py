@@ -186,3 +186,23 @@ def test_the_audit_page_filters_by_action_for_staff(staff_user, events):
 
     assert f'data-audit-event="{events["mine"].pk}"' not in page
     assert "agenda.submit" in page
+
+
+def test_past_a_select_of_customers_the_audit_page_takes_a_typed_customer(
+    staff_user, admin_member, events, customer, other_customer, monkeypatch
+):
+    monkeypatch.setattr("audit.views.CHOICES_SHOWN", 1)
+    staff, admin = Client(), Client()
+    staff.force_login(staff_user)
+    admin.force_login(admin_member.user)
+
+    form = staff.get("/audit/").content.decode()
+    theirs = staff.get(f"/audit/?customer={other_customer.slug}").content.decode()
+    monkeypatch.setattr("audit.views.CHOICES_SHOWN", 0)
+    foreign = admin.get(f"/audit/?customer={other_customer.slug}").content.decode()
+
+    assert '<select name="customer"' not in form and "Customer (slug or id)" in form
+    assert f'data-audit-event="{events["theirs"].pk}"' in theirs
+    assert f'data-audit-event="{events["mine"].pk}"' not in theirs
+    assert f"No customer {other_customer.slug}." in foreign
+    assert f'data-audit-event="{events["theirs"].pk}"' not in foreign
