@@ -150,7 +150,10 @@ class AgendaProgress(OwnedModel):
         ABORTED = "aborted", "aborted"
 
     agenda = models.OneToOneField(
-        "agendas.Agenda", on_delete=models.CASCADE, related_name="progress"
+        "agendas.Agenda",
+        on_delete=models.CASCADE,
+        related_name="progress",
+        db_constraint=False,  # see AGENDA_HISTORY_LINKS in agendas/states/reap.py
     )
     customer = models.ForeignKey(
         "resourcepools.Customer", on_delete=models.CASCADE, related_name="agenda_progress"
@@ -172,7 +175,12 @@ class AgendaProgress(OwnedModel):
     started_at = models.DateTimeField(null=True, blank=True)
     completed_at = models.DateTimeField(null=True, blank=True)
     current_execution = models.ForeignKey(
-        "agendas.Execution", null=True, blank=True, on_delete=models.SET_NULL, related_name="+"
+        "agendas.Execution",
+        null=True,
+        blank=True,
+        on_delete=models.SET_NULL,
+        related_name="+",
+        db_constraint=False,  # see AGENDA_HISTORY_LINKS in agendas/states/reap.py
     )
     # Some agenda was submitted to wait for this one (`after`; agendas/states/waits.py): only
     # then does its finish look for waiters to release. Set under this row's lock, never unset.
@@ -217,7 +225,10 @@ class OperationProgress(models.Model):
 
     id = models.UUIDField(primary_key=True, default=uuid.uuid4, editable=False)
     agenda_progress = models.ForeignKey(
-        "agendas.AgendaProgress", on_delete=models.CASCADE, related_name="operations"
+        "agendas.AgendaProgress",
+        on_delete=models.CASCADE,
+        related_name="operations",
+        db_constraint=False,  # see AGENDA_HISTORY_LINKS in agendas/states/reap.py
     )
     customer = models.ForeignKey(
         "resourcepools.Customer", on_delete=models.CASCADE, related_name="operation_progress"
@@ -295,7 +306,10 @@ class Execution(models.Model):
 
     id = models.UUIDField(primary_key=True, default=uuid.uuid4, editable=False)
     agenda = models.ForeignKey(
-        "agendas.Agenda", on_delete=models.CASCADE, related_name="executions"
+        "agendas.Agenda",
+        on_delete=models.CASCADE,
+        related_name="executions",
+        db_constraint=False,  # see AGENDA_HISTORY_LINKS in agendas/states/reap.py
     )
     customer = models.ForeignKey(
         "resourcepools.Customer", on_delete=models.CASCADE, related_name="executions"

@@ -17,7 +17,7 @@ from django.utils import timezone
 from agendas.dependency_models import AgendaDependency, AgendaWait
 from agendas.models import Agenda, AgendaProgress, Execution, OperationProgress
 from agendas.services import agenda_abort, agenda_pause
-from agendas.states.reap import AGENDA_SIDE_ROWS, reap_statement
+from agendas.states.reap import AGENDA_HISTORY_LINKS, AGENDA_SIDE_ROWS, reap_statement
 from resourcepools.models import Customer
 from scheduling import timed
 from scheduling.models import CallbackDelivery, QueuedAgenda, ReadyAgenda
@@ -321,17 +321,66 @@ def test_an_agenda_whose_progress_is_locked_is_left_for_the_next_reap(submitter,
 # --- rows beside an agenda without a database constraint --------------------------------------
 
 
-def test_the_rows_beside_an_agenda_without_a_database_constraint_are_exactly_the_listed_ones():
+def test_the_relations_into_the_history_without_a_database_constraint_are_exactly_the_listed_ones():
     from django.apps import apps
 
+    history = (Agenda, AgendaProgress, Execution, OperationProgress)
     unconstrained = {
         (model.__name__, field.name)
         for model in apps.get_models()
         for field in model._meta.concrete_fields
-        if field.is_relation and field.related_model is Agenda and not field.db_constraint
+        if field.is_relation and field.related_model in history and not field.db_constraint
     }
 
-    assert unconstrained == AGENDA_SIDE_ROWS
+    assert unconstrained == AGENDA_SIDE_ROWS | AGENDA_HISTORY_LINKS
+
+
+def test_every_history_row_keeps_the_database_constraint_to_its_customer_and_insight():
+    for model in (Agenda, AgendaProgress, Execution, OperationProgress):
+        for field in model._meta.concrete_fields:
+            if field.is_relation and field.name in ("customer", "insight"):
+                assert field.db_constraint, (model.__name__, field.name)
+
+
+HISTORY_ORPHANS = {  # rows whose parent is gone: each must stay empty after any reap
+    "progress without its agenda": "SELECT p.id FROM agendas_agendaprogress p "
+    "LEFT JOIN agendas_agenda a ON a.id = p.agenda_id WHERE a.id IS NULL",
+    "execution without its agenda": "SELECT e.id FROM agendas_execution e "
+    "LEFT JOIN agendas_agenda a ON a.id = e.agenda_id WHERE a.id IS NULL",
+    "operation without its progress": "SELECT o.id FROM agendas_operationprogress o "
+    "LEFT JOIN agendas_agendaprogress p ON p.id = o.agenda_progress_id WHERE p.id IS NULL",
+    "progress pointing at a missing execution": "SELECT p.id FROM agendas_agendaprogress p "
+    "LEFT JOIN agendas_execution e ON e.id = p.current_execution_id "
+    "WHERE p.current_execution_id IS NOT NULL AND e.id IS NULL",
+    "execution of another agenda as current": "SELECT p.id FROM agendas_agendaprogress p "
+    "JOIN agendas_execution e ON e.id = p.current_execution_id WHERE e.agenda_id <> p.agenda_id",
+}
+
+
+@pytest.mark.parametrize("reap", [timed.agendas_reap, _reap_orm], ids=["sql", "orm"])
+def test_a_reap_leaves_no_history_row_whose_parent_is_gone(
+    reap, submitter, other_submitter, finish, submit_agenda, insight, fill, pull
+):
+    with time_machine.travel(timezone.now() - OLD, tick=False):
+        for principal in (submitter, other_submitter):
+            finish(principal, "succeeded", failures=1)
+            finish(principal, "failed")
+            finish(principal, "aborted")
+        submit_agenda(submitter)
+        fill(insight)
+        pull(insight, count=10)
+    finish(submitter)
+    assert (
+        Execution.objects.count() == 8
+    )  # 2 + 1 expired a customer (the aborted ran none), 1 + 1 kept
+
+    assert reap() == 6
+
+    with connection.cursor() as cursor:
+        for what, sql in HISTORY_ORPHANS.items():
+            cursor.execute(sql)
+            assert cursor.fetchall() == [], what
+    assert Agenda.objects.count() == AgendaProgress.objects.count() == 2
 
 
 @postgres_only
