@@ -9,6 +9,9 @@ failed, 3% aborted); a tenth more, as old as 366–396 days, waits for the reap.
 10 has a label, one in 20 a (global) template, one in 10 an audit event, one in 10 a
 callback delivery; every agenda has an external id and a link id shared by 100 agendas.
 A small ready backlog (the 3 big and 100 small customers) feeds the pools and the overview.
+The big customer measured owns a fifth of the history at each size; the small one owns
+SMALL_OWN agendas at both, so its figures compare the same pages over 100 times more history
+of others.
 
 Requests run in-process with Django's test client against the bench database: one warm-up,
 then the median of 3 (a request slower than 2 s is timed once), statements counted with
@@ -55,6 +58,11 @@ from bench.history_report import HOT_PULL, TARGET_MS, report
 CUSTOMERS = 2_000
 BIG = 3  # owning 60% of the agendas
 EXPIRED_SHARE = 0.1  # on top of the year: agendas 366-396 days old, reaped at the end
+# The small customer measured owns this many agendas at every size, one in each block of the
+# history at a position that varies (so its states, labels and callbacks vary as others'): its
+# pages show the same rows at 10k and at 1M, so a figure that grows measures the history of
+# others, which it must not touch.
+SMALL_OWN = 220
 CHUNK = 100_000
 METRICS_TOKEN = "bench-metrics-token"
 SLOW_S = 2.0
@@ -74,11 +82,15 @@ TABLES = (
 # --- building ----------------------------------------------------------------------------
 
 
-def build_history(dbname: str, *, total: int, insight_id: str, template_id: str, big, small):
+def build_history(
+    dbname: str, *, total: int, insight_id: str, template_id: str, big, small, measured: str
+):
     """`total` terminal agendas over the past year plus EXPIRED_SHARE more beyond it, with
-    every row under them (see the module docstring); set-based, CHUNK agendas a transaction."""
+    every row under them (see the module docstring); set-based, CHUNK agendas a transaction.
+    The `measured` small customer gets SMALL_OWN of them whatever the size."""
     expired = int(total * EXPIRED_SHARE)
     everything = total + expired
+    every = everything // SMALL_OWN
     with psycopg.connect(dsn(dbname)) as conn:
         for first in range(0, everything, CHUNK):
             last = min(first + CHUNK, everything) - 1
@@ -87,7 +99,8 @@ def build_history(dbname: str, *, total: int, insight_id: str, template_id: str,
                 CREATE TEMP TABLE bench_new ON COMMIT DROP AS
                 SELECT g, gen_random_uuid() AS id, gen_random_uuid() AS progress_id,
                     gen_random_uuid() AS execution_id, gen_random_uuid() AS first_execution_id,
-                    CASE WHEN g %% 10 < 6 THEN (%(big)s::uuid[])[1 + g %% 3]
+                    CASE WHEN g %% %(every)s = (g / %(every)s) %% %(every)s THEN %(measured)s::uuid
+                         WHEN g %% 10 < 6 THEN (%(big)s::uuid[])[1 + g %% 3]
                          ELSE (%(small)s::uuid[])[1 + g %% %(n_small)s] END AS customer_id,
                     now() - CASE
                         WHEN g < %(expired)s
@@ -104,6 +117,8 @@ def build_history(dbname: str, *, total: int, insight_id: str, template_id: str,
                     "big": big,
                     "small": small,
                     "n_small": len(small),
+                    "measured": measured,
+                    "every": every,
                     "expired": max(expired, 1),
                     "everything": everything,
                     "total": total,
@@ -242,7 +257,8 @@ def build_world(dbname: str, total: int) -> dict:
         insight_id=world.insight_id,
         template_id=str(template.pk),
         big=big,
-        small=small,
+        small=small[:5] + small[6:],
+        measured=small[5],
     )
     bulk_insert_ready(
         dbname,
