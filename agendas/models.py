@@ -272,6 +272,12 @@ class OperationProgress(models.Model):
             models.Index(
                 fields=["customer", "-created_at", "position"], name="operation_customer_recent"
             ),
+            # The list's `state` and `name` filters, for staff (the leading column) and for a
+            # customer (the second), newest first: a filtered page and its capped count read
+            # the matching entries only, never the whole history (a state nobody is in was a
+            # scan of every operation).
+            models.Index(fields=["state", "customer", "-created_at"], name="operation_state"),
+            models.Index(fields=["name", "customer", "-created_at"], name="operation_name"),
         ]
         constraints = [
             models.UniqueConstraint(

@@ -140,6 +140,8 @@ LISTS = [
     "/api/v1/agenda-progress/?state=ready",
     "/api/v1/operation-progress/",
     "/api/v1/operation-progress/?state=waiting",
+    "/api/v1/operation-progress/?state=aborted",  # nobody: the count must not read everything
+    "/api/v1/operation-progress/?name=a",
 ]
 BIG_TABLES = (
     "agendas_agenda",
@@ -159,15 +161,37 @@ def history(submitter, submit_agenda):
             cursor.execute(f"ANALYZE {table}")
 
 
-def plan_of(sql: str) -> str:
+def plan_of(sql: str, *, seqscan: bool = True) -> str:
     with transaction.atomic(), connection.cursor() as cursor:
+        if not seqscan:  # the plan PostgreSQL would take were the matching rows rare
+            cursor.execute("SET LOCAL enable_seqscan = off")
         cursor.execute(f"EXPLAIN {sql}")
         return "\n".join(row[0] for row in cursor.fetchall())
 
 
+def filtered_scans(plan: str) -> list[str]:
+    """The big tables a plan reads sequentially while filtering: a scan that has to pass every
+    row to find its matches (a bare scan under a count's LIMIT stops after LIMIT rows)."""
+    lines = plan.splitlines()
+    scanned = []
+    for n, line in enumerate(lines):
+        found = re.search(r"Seq Scan on (\w+)", line)
+        if not found or found[1] not in BIG_TABLES:
+            continue
+        depth = len(line) - len(line.lstrip())
+        below = []
+        for after in lines[n + 1 :]:
+            if len(after) - len(after.lstrip()) <= depth:
+                break
+            below.append(after)
+        if any("Filter:" in after for after in below):
+            scanned.append(found[1])
+    return scanned
+
+
 @postgresql_only
 @pytest.mark.parametrize("who", ["staff", "customer"])
-def test_every_big_list_reads_its_first_page_by_index(
+def test_every_big_list_reads_its_first_page_and_its_count_by_index(
     who, history, client, staff_user, api_client_for
 ):
     caller = api_client_for(staff_user) if who == "staff" else client
@@ -177,13 +201,15 @@ def test_every_big_list_reads_its_first_page_by_index(
         counts = [q["sql"] for q in queries if q["sql"].startswith("SELECT COUNT(*) FROM (")]
         # A count reads at most the deepest offset page's rows, whatever the history.
         assert all(f"LIMIT {MAX_OFFSET + 1}" in sql for sql in counts), (url, counts)
-        page_queries = [
-            q["sql"]
-            for q in queries
-            if re.search(r"\bLIMIT\b", q["sql"]) and q["sql"] not in counts
-        ]
+        page_queries = [q["sql"] for q in queries if re.search(r"\bLIMIT\b", q["sql"])]
         assert page_queries, url
         for sql in page_queries:
-            plan = plan_of(sql)
-            scanned = [table for table in BIG_TABLES if f"Seq Scan on {table}" in plan]
+            if sql in counts:
+                # Here every row matches and reading 10,001 of them in table order is right;
+                # over a long history where few match, an index must be there to serve it.
+                plan = plan_of(sql, seqscan=False)
+                scanned = filtered_scans(plan)
+            else:
+                plan = plan_of(sql)
+                scanned = [table for table in BIG_TABLES if f"Seq Scan on {table}" in plan]
             assert scanned == [], f"{url} ({who}) scans {scanned}:\n{sql}\n{plan}"
