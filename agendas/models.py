@@ -68,6 +68,7 @@ class Agenda(OwnedModel):
         blank=True,
         on_delete=models.SET_NULL,
         related_name="agendas",
+        db_index=False,  # agenda_template below leads with it
     )
     schedule = models.ForeignKey(
         "scheduling.Schedule",
@@ -130,6 +131,9 @@ class Agenda(OwnedModel):
             # ?ordering=priority (either way), for staff and for a customer.
             models.Index(fields=["priority"], name="agenda_priority"),
             models.Index(fields=["customer", "priority"], name="agenda_customer_priority"),
+            # ?template= for staff and for a customer (a global template's agendas belong to
+            # many customers: by the template alone, a customer's count read everyone's).
+            models.Index(fields=["template", "customer", "-created_at"], name="agenda_template"),
         ]
 
     def __str__(self) -> str:

@@ -404,21 +404,26 @@ def requests_for(info: dict, who: str) -> list[tuple[str, str]]:
     return urls
 
 
-def timed(client, url: str, **headers) -> tuple[float, int, int]:
-    """One warm-up, then the median of 3 (1 when slow): (ms, statements, status)."""
+def timed(client, url: str, **headers) -> tuple[float, int, int, int | None]:
+    """One warm-up, then the median of 3 (1 when slow): (ms, statements, status, rows in the
+    answer's `results` — None for a page)."""
     from django.db import connection
     from django.test.utils import CaptureQueriesContext
 
-    def once() -> tuple[float, int, int]:
+    def once() -> tuple[float, int, int, int | None]:
         with CaptureQueriesContext(connection) as queries:
             started = time.perf_counter()
             response = client.get(url, headers=headers)
             seconds = time.perf_counter() - started
-        return seconds * 1000, len(queries.captured_queries), response.status_code
+        shown = None
+        if response.get("Content-Type", "").startswith("application/json"):
+            results = response.json().get("results") if response.status_code == 200 else None
+            shown = len(results) if isinstance(results, list) else None
+        return seconds * 1000, len(queries.captured_queries), response.status_code, shown
 
     warm = once()
     runs = [once()] if warm[0] > SLOW_S * 1000 else [once() for _ in range(3)]
-    return statistics.median(r[0] for r in runs), runs[0][1], runs[0][2]
+    return statistics.median(r[0] for r in runs), runs[0][1], runs[0][2], runs[0][3]
 
 
 def explain(url: str, client) -> str:
@@ -455,12 +460,21 @@ def measure(total: int) -> dict:
             client = Client()
             client.force_login(user(info["users"][who]))
             for what, url in requests_for(info, who):
-                ms, statements, status = timed(client, url)
-                rows.append({"what": what, "who": who, "ms": ms, "q": statements, "status": status})
+                ms, statements, status, shown = timed(client, url)
+                rows.append(
+                    {
+                        "what": what,
+                        "who": who,
+                        "ms": ms,
+                        "q": statements,
+                        "status": status,
+                        "shown": shown,
+                    }
+                )
                 if ms > TARGET_MS and status != 400:
                     rows[-1]["explain"] = explain(url, client)
                 say(f"  {who:5} {what:58} {ms:8.1f} ms {statements:3} q  {status}")
-        ms, statements, status = timed(
+        ms, statements, status, _ = timed(
             Client(), "/metrics", Authorization=f"Bearer {METRICS_TOKEN}"
         )
         rows.append(
