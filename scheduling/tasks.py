@@ -15,6 +15,7 @@ from django_q.tasks import async_task
 
 from agendas.bulk_actions import agenda_action_job_running, agenda_action_jobs_run
 from agendas.fill_nudge import fill_nudge_started
+from core.throttling import throttle_counters_prune
 from scheduling import fill as fill_service
 from scheduling import timed as timed_service
 from scheduling.alerts import alerts_evaluate
@@ -62,7 +63,9 @@ def time_out() -> int:
 
 def reap() -> int:
     """Terminal agendas past their customer's TTL → deleted; audit events past
-    POP_AUDIT_RETENTION_DAYS (when set) too."""
+    POP_AUDIT_RETENTION_DAYS (when set) too; and the throttle counters of ended windows
+    (not counted in the answer)."""
+    throttle_counters_prune()
     return timed_service.agendas_reap() + timed_service.audit_events_reap()
 
 

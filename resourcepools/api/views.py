@@ -13,11 +13,11 @@ from rest_framework.authtoken.serializers import AuthTokenSerializer
 from rest_framework.decorators import action
 from rest_framework.request import Request
 from rest_framework.response import Response
-from rest_framework.throttling import AnonRateThrottle
 
 from accounts.api.serializers import ApiTokenSerializer, issued_data, lifetime_from
 from accounts.services import token_issue as api_token_issue
 from core.api import CustomerScopedViewSet, PopAPIView, ServiceWritesMixin
+from core.throttling import AnonRateThrottle
 from resourcepools.api.filters import (
     CustomerFilter,
     InsightFilter,

@@ -10,6 +10,7 @@ from django.utils import timezone
 from agendas.models import AgendaProgress, Execution
 from agendas.services import agenda_abort, agenda_pause
 from core.principals import SYSTEM
+from core.throttling import throttle_counters_clear
 from resourcepools.models import Membership
 from scheduling.fill import insight_fill
 from scheduling.models import CallbackDelivery, QueuedAgenda, ReadyAgenda
@@ -33,10 +34,12 @@ AGENDA_STATES = [
 
 @pytest.fixture(autouse=True)
 def fresh_throttles():
-    """Throttle counters live in the cache; every test starts with none."""
+    """Throttle counters (and the cache): every test starts with none."""
     cache.clear()
+    throttle_counters_clear()
     yield
     cache.clear()
+    throttle_counters_clear()
 
 
 @pytest.fixture

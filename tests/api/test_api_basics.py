@@ -7,10 +7,10 @@ import json
 import pytest
 from django.conf import settings
 from rest_framework.test import APIClient
-from rest_framework.throttling import AnonRateThrottle, UserRateThrottle
 
 from agendas.models import Agenda, AgendaProgress, OperationProgress
 from core.api import LimitedJSONParser, PayloadTooLarge, flatten_errors
+from core.throttling import AnonRateThrottle, UserRateThrottle
 
 pytestmark = pytest.mark.django_db
 

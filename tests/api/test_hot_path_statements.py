@@ -74,8 +74,8 @@ def _pull(client, insight, count: int = 10):
     return response.json()["agendas"]
 
 
-def test_a_bulk_submit_of_100_sends_15_statements(client, insight, operations):
-    """Token + user (1); throttle counter (4: read, count, key probe, update); the caller's
+def test_a_bulk_submit_of_100_sends_12_statements(client, insight, operations):
+    """Token + user (1); throttle counter (1: its upsert); the caller's
     memberships (1); its customer (1); the insights to map onto (1); one INSERT each into
     agendas, progress, operations and the ready set (4); the ready lanes' shared advisory
     locks (1) and their upsert (1); the audit event (1)."""
@@ -87,11 +87,11 @@ def test_a_bulk_submit_of_100_sends_15_statements(client, insight, operations):
 
     assert response.status_code == 200
     assert [item["state"] for item in response.json()["results"]] == ["ready"] * 100
-    _assert_statements(captured, 15)
+    _assert_statements(captured, 12)
 
 
-def test_a_pull_of_10_from_a_full_queue_sends_9_statements(insight, submit_ready, pull_client):
-    """Token + user (1); throttle counter (4); the insight (1); the worker's memberships (1);
+def test_a_pull_of_10_from_a_full_queue_sends_6_statements(insight, submit_ready, pull_client):
+    """Token + user (1); throttle counter (1); the insight (1); the worker's memberships (1);
     the claim, one statement (1); the claimed agendas' operations (1)."""
     insight.queue_size = 20
     insight.save(update_fields=["queue_size"])
@@ -104,13 +104,13 @@ def test_a_pull_of_10_from_a_full_queue_sends_9_statements(insight, submit_ready
 
     assert len(pulled) == 10
     assert QueuedAgenda.objects.filter(insight=insight).count() == 9
-    _assert_statements(captured, 9)
+    _assert_statements(captured, 6)
 
 
-def test_a_pull_of_10_from_a_drained_queue_fills_inline_in_23_statements(
+def test_a_pull_of_10_from_a_drained_queue_fills_inline_in_20_statements(
     insight, submit_ready, pull_client
 ):
-    """The full-queue pull's first 8 up to and including a claim that comes up empty, then
+    """The full-queue pull's first 5 up to and including a claim that comes up empty, then
     the 13 of a fill of 10 (see the fill's pin), a second claim (1) and the operations (1)."""
     insight.queue_size = 10
     insight.save(update_fields=["queue_size"])
@@ -123,13 +123,13 @@ def test_a_pull_of_10_from_a_drained_queue_fills_inline_in_23_statements(
 
     assert len(pulled) == 10
     assert not QueuedAgenda.objects.filter(insight=insight).exists()
-    _assert_statements(captured, 23)
+    _assert_statements(captured, 20)
 
 
-def test_a_batch_report_of_10_successes_sends_10_statements(
+def test_a_batch_report_of_10_successes_sends_7_statements(
     insight, submit_ready, worker, pull_client
 ):
-    """Token + user (1); throttle counter (4); progress + executions locked (1); their
+    """Token + user (1); throttle counter (1); progress + executions locked (1); their
     operations (1); one UPDATE each of operations, executions and progress (3). Nothing waits
     for these agendas (`after`), so their finish looks for no waiters."""
     submit_ready(11)
@@ -163,7 +163,7 @@ def test_a_batch_report_of_10_successes_sends_10_statements(
     assert response.status_code == 200, response.content[:300]
     states = AgendaProgress.objects.filter(agenda__in=[item.agenda for item in pulled])
     assert set(states.values_list("state", flat=True)) == {"succeeded"}
-    _assert_statements(captured, 10)
+    _assert_statements(captured, 7)
 
 
 def test_a_fill_moving_10_sends_13_statements(insight, submit_ready):

@@ -4,6 +4,7 @@ import pytest
 from django.core.cache import cache
 
 from core.principals import SYSTEM
+from core.throttling import throttle_counters_clear
 from scheduling.schedule_services import schedule_create
 from tests.factories import AgendaTemplateFactory
 
@@ -12,10 +13,12 @@ ADDRESS = "203.0.113.7"
 
 @pytest.fixture(autouse=True)
 def fresh_throttles():
-    """Throttle counters live in the cache; every test starts with none."""
+    """Throttle counters (and the cache): every test starts with none."""
     cache.clear()
+    throttle_counters_clear()
     yield
     cache.clear()
+    throttle_counters_clear()
 
 
 @pytest.fixture(autouse=True)

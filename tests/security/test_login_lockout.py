@@ -11,9 +11,9 @@ from django.core.cache import caches
 from django.db import connection
 from django.test import Client, RequestFactory
 from rest_framework.test import APIClient
-from rest_framework.throttling import AnonRateThrottle
 
 from core.client_ip import client_ip
+from core.throttling import AnonRateThrottle
 from tests.factories import UserFactory
 
 pytestmark = pytest.mark.django_db

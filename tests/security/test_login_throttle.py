@@ -28,6 +28,7 @@ from django.core.cache import cache
 from django.core.management import call_command
 from django.db import connection, connections
 
+from core.throttling import throttle_counters_clear
 from tests.live.conftest import _database_url, _free_port, committed, stop_process, wait_for
 
 pytestmark = pytest.mark.django_db
@@ -112,6 +113,7 @@ def alice(server) -> str:
     def setup() -> str:
         AccessAttempt.objects.all().delete()
         cache.clear()
+        throttle_counters_clear()
         user, _ = get_user_model().objects.get_or_create(username="alice")
         user.set_password(PASSWORD)
         user.save()

@@ -27,6 +27,7 @@ from accounts.authentication import ApiTokenAuthentication
 from accounts.models import ApiToken
 from accounts.services import LAST_USED_RESOLUTION, token_issue
 from core.principals import SYSTEM
+from core.throttling import throttle_counters_clear
 from popclient.cli import main as pop_main
 from popclient.client import PopClient
 from resourcepools.models import Membership
@@ -39,8 +40,10 @@ AGENDAS = "/api/v1/agendas/"
 @pytest.fixture(autouse=True)
 def fresh_throttles():
     cache.clear()
+    throttle_counters_clear()
     yield
     cache.clear()
+    throttle_counters_clear()
 
 
 def caller(key: str) -> APIClient:

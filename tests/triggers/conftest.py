@@ -7,6 +7,7 @@ import pytest
 from django.core.cache import cache
 from rest_framework.test import APIClient
 
+from core.throttling import throttle_counters_clear
 from popclient.triggers import encode_event, signed_headers
 from tests.factories import AgendaTemplateFactory
 from triggers.models import Trigger
@@ -15,10 +16,12 @@ from triggers.services import trigger_create
 
 @pytest.fixture
 def fresh_throttles(db):
-    """Throttle counters live in the cache; every test starts with none."""
+    """Throttle counters (and the cache): every test starts with none."""
     cache.clear()
+    throttle_counters_clear()
     yield
     cache.clear()
+    throttle_counters_clear()
 
 
 @pytest.fixture

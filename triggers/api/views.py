@@ -10,7 +10,6 @@ from rest_framework.decorators import action
 from rest_framework.permissions import AllowAny
 from rest_framework.request import Request
 from rest_framework.response import Response
-from rest_framework.throttling import SimpleRateThrottle
 
 from core.api import (
     CustomerScopedViewSet,
@@ -22,6 +21,7 @@ from core.api import (
 )
 from core.parsers import JSONTooDeep, json_loads_limited
 from core.principals import SYSTEM
+from core.throttling import WindowCountThrottle
 from triggers.api.examples import FIRE_EXAMPLES, TRIGGER_EXAMPLES
 from triggers.api.serializers import (
     FireAnswerSerializer,
@@ -111,7 +111,7 @@ class TriggerViewSet(
         return self.get_paginated_response(TriggerFiringSerializer(page, many=True).data)
 
 
-class TriggerFireThrottle(SimpleRateThrottle):
+class TriggerFireThrottle(WindowCountThrottle):
     """Signed firings per trigger (POP_THROTTLE_TRIGGER_FIRE). Checked by the view once the
     signature holds, so unsigned requests (bounded by the address throttle) neither spend a
     trigger's budget nor make a cache key for an id that names nothing."""
@@ -122,7 +122,7 @@ class TriggerFireThrottle(SimpleRateThrottle):
         return self.cache_format % {"scope": self.scope, "ident": str(view.trigger_id)}
 
 
-class TriggerFireAddressThrottle(SimpleRateThrottle):
+class TriggerFireAddressThrottle(WindowCountThrottle):
     """Firings per client address, across triggers (POP_THROTTLE_TRIGGER_FIRE_ADDRESS)."""
 
     scope = "trigger_fire_address"
