@@ -44,8 +44,14 @@ class _LaneState:
     exhausted: bool = False  # `rows` are all its ready agendas
 
 
-def insight_fill(*, insight_id: object, now: datetime | None = None) -> FillResult:
+def insight_fill(
+    *, insight_id: object, now: datetime | None = None, appetite: int = 0
+) -> FillResult:
     """Move up to `room` ready agendas of the insight into its queue, fairly, in one transaction.
+
+    `appetite`: agendas a pull that came up short is about to claim (`scheduling.pull`); the
+    room grows by that many, so they pass through the queue without leaving it short for the
+    next pull. What waits there once they are claimed is still at most `queue_size`.
 
     Takes the insight's advisory try-lock (a concurrent filler returns `skipped`) and locks its
     InsightScheduleInfo row, the lanes it serves and the moved progress rows. Reads O(room)
@@ -59,7 +65,7 @@ def insight_fill(*, insight_id: object, now: datetime | None = None) -> FillResu
         if insight is None or insight.paused:
             return FillResult(insight_id=insight_id)  # deleted since the nudge, or paused
         info, _ = InsightScheduleInfo.objects.select_for_update().get_or_create(insight=insight)
-        room = _fill_room(insight)
+        room = _fill_room(insight, appetite=appetite)
         insight_bucket, insight_tokens = rate_limits.insight_tokens(insight, now=now)
         if insight_tokens < room:
             room = insight_tokens
@@ -448,9 +454,9 @@ def insights_fill(*, now: datetime | None = None) -> int:
     return sum(insight_fill(insight_id=pk, now=now).moved for pk in insights_to_fill())
 
 
-def _fill_room(insight: Insight) -> int:
+def _fill_room(insight: Insight, *, appetite: int = 0) -> int:
     queued = QueuedAgenda.objects.filter(insight_id=insight.pk).count()
-    room = insight.queue_size - queued
+    room = insight.queue_size - queued + max(appetite, 0)
     if insight.execution_limit is not None:
         executing = Execution.objects.filter(insight_id=insight.pk, outcome__isnull=True).count()
         room = min(room, insight.execution_limit - executing - queued)

@@ -188,11 +188,16 @@ def _claim(*, insight: Insight, worker: str, count: int, pull_request: str) -> l
     fills_inline = outcome.fill_wanted and len(claimed) < count
     if outcome.nudge_wanted and not fills_inline:
         fill_nudge([insight.pk])
-    # Each round moves at most queue_size agendas: enough rounds for `count`, and one more for
-    # rival pullers that took some of a round; a fill that moves nothing ends them. Each
-    # claim after a fill nudges a fill if it leaves the queue short.
-    rounds = -(-count // max(insight.queue_size, 1)) + 1 if fills_inline else 0
-    while rounds and len(claimed) < count and insight_fill(insight_id=insight.pk).moved:
+    # Each round fills the queue and what this pull still wants (the appetite), so the claim
+    # leaves the queue full for the next pull instead of drained: one round, and one more for
+    # rival pullers that took some of it; a fill that moves nothing ends them. Each claim after
+    # a fill nudges a fill if it leaves the queue short.
+    rounds = 2 if fills_inline else 0
+    while (
+        rounds
+        and len(claimed) < count
+        and insight_fill(insight_id=insight.pk, appetite=count - len(claimed)).moved
+    ):
         rounds -= 1
         with transaction.atomic(savepoint=False):
             claimed += states.queue_claim(

@@ -111,18 +111,19 @@ def test_a_pull_of_10_from_a_drained_queue_fills_inline_in_20_statements(
     insight, submit_ready, pull_client
 ):
     """The full-queue pull's first 5 up to and including a claim that comes up empty, then
-    the 13 of a fill of 10 (see the fill's pin), a second claim (1) and the operations (1)."""
+    the 13 of a fill (see the fill's pin) moving the queue's 10 and the pull's 10, a second
+    claim (1) and the operations (1). The queue is left full: the next pull fills nothing."""
     insight.queue_size = 10
     insight.save(update_fields=["queue_size"])
-    submit_ready(20)
+    submit_ready(40)
     insight_fill(insight_id=insight.pk)
-    assert len(_pull(pull_client, insight)) == 10  # drains the queue; 10 stay ready
+    assert len(_pull(pull_client, insight)) == 10  # drains the queue; 30 stay ready
 
     with CaptureQueriesContext(connection) as captured:
         pulled = _pull(pull_client, insight)
 
     assert len(pulled) == 10
-    assert not QueuedAgenda.objects.filter(insight=insight).exists()
+    assert QueuedAgenda.objects.filter(insight=insight).count() == 10
     _assert_statements(captured, 20)
 
 

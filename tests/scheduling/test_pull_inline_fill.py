@@ -32,11 +32,32 @@ def test_a_pull_of_ten_from_a_queue_of_two_takes_ten_in_round_robin_order(
 
     slugs = [item.agenda.customer.slug for item in pulled]
     assert len(pulled) == 10
-    # Round robin across the two customers, each fill of two giving one turn to each.
+    # Round robin across the two customers: one fill of the queue's two and the pull's ten.
     assert slugs.count("acme") == slugs.count(theirs[0].customer.slug) == 5
     assert {item.agenda.pk for item in pulled} <= {a.pk for a in mine + theirs}
-    assert ReadyAgenda.objects.count() == 2
+    # The queue is left full for the next pull, not drained: one of each customer.
+    assert ReadyAgenda.objects.count() == 0
+    queued = QueuedAgenda.objects.values_list("customer__slug", flat=True)
+    assert sorted(queued) == sorted(["acme", theirs[0].customer.slug])
+
+
+def test_a_pull_that_fills_inline_fills_once_and_leaves_the_queue_full(
+    submitter, submit_agenda, insight, pull
+):
+    _short_queue(insight, size=10)
+    for _ in range(40):
+        submit_agenda(submitter)
+    pull(insight, count=10)  # the first fill (the submits' nudges are off in tests)
+    assert QueuedAgenda.objects.count() == 10
+
+    assert len(pull(insight, count=10)) == 10  # from the full queue: no fill
     assert QueuedAgenda.objects.count() == 0
+    with CaptureQueriesContext(connection) as captured:
+        assert len(pull(insight, count=10)) == 10  # drained: one fill of 10 + 10, then a claim
+
+    fills = [q for q in captured.captured_queries if q["sql"].startswith("SELECT pg_try_advisory")]
+    assert len(fills) == (1 if connection.vendor == "postgresql" else 0)
+    assert QueuedAgenda.objects.count() == 10  # the next pull finds a full queue
 
 
 def test_an_inline_fill_keeps_the_customers_cap(customer, submitter, submit_agenda, insight, pull):
