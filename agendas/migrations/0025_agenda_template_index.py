@@ -4,7 +4,8 @@
 # constraint stays as it is (Django's AlterField would drop and re-validate it over every
 # agenda). Plain CREATE INDEX in the migration's transaction: submits wait while it builds. On
 # a large live table, build it beforehand with CREATE INDEX CONCURRENTLY (same name, columns
-# and order), then apply this migration with --fake.
+# and order), drop the old one with DROP INDEX CONCURRENTLY "agendas_agenda_template_id_18b12b6d",
+# then apply this migration with --fake.
 
 import django.db.models.deletion
 from django.db import migrations, models
