@@ -14,6 +14,7 @@ window's edge; `Retry-After` is the time to the window's end (docs/decisions.md,
 
 from __future__ import annotations
 
+import hashlib
 import time
 from typing import Any
 
@@ -36,9 +37,14 @@ RETURNING hits
 """
 
 
+MAX_KEY_LENGTH = 200  # the column holds 255; a longer key (an odd client address) is hashed
+
+
 def window_hit(key: str, *, window: int, expires_at: float) -> int:
     """Count one request for `key` in `window` (which ends at `expires_at`, Unix seconds);
     return the requests counted in that window so far, this one included."""
+    if len(key) > MAX_KEY_LENGTH:
+        key = "sha256:" + hashlib.sha256(key.encode("utf-8", "surrogatepass")).hexdigest()
     if settings.POP_CACHE_URL:  # Redis: atomic INCR of a key that expires with its window
         counted = f"{key}:{window}"
         cache.add(counted, 0, timeout=max(1, int(expires_at - time.time()) + 1))

@@ -69,3 +69,12 @@ def test_the_reap_prunes_the_counters_of_ended_windows_only():
     window_hit("ended", window=1, expires_at=100.0)
     tasks.reap()
     assert [key for key, *_ in counters()] == ["open"]
+
+
+def test_a_key_longer_than_the_column_is_counted_by_its_hash():
+    key = "throttle_anon_" + "9" * 400
+
+    assert window_hit(key, window=1, expires_at=1e12) == 1
+    assert window_hit(key, window=1, expires_at=1e12) == 2
+    assert window_hit(key[:-1], window=1, expires_at=1e12) == 1
+    assert all(len(stored) <= 255 for stored, *_ in counters())
