@@ -30,6 +30,7 @@ from core.pagination import Pagination as Pagination  # re-export; see that modu
 from core.parsers import LimitedJSONParser as LimitedJSONParser  # re-export
 from core.parsers import PayloadTooLarge as PayloadTooLarge  # re-export
 from core.parsers import body_limit
+from core.prepared_statements import hot_path_statements
 from core.principals import SYSTEM
 
 
@@ -318,6 +319,15 @@ class PopViewMixin:
 
     schema = PopAutoSchema()
     parser_classes = [LimitedJSONParser]
+    #: A path run per agenda (pull, report): its statements are prepared on the connection
+    #: from their sixth run (core/prepared_statements.py). Never for lists or pages.
+    prepares_statements = False
+
+    def dispatch(self, request: HttpRequest, *args: Any, **kwargs: Any) -> Any:
+        if not self.prepares_statements:
+            return super().dispatch(request, *args, **kwargs)
+        with hot_path_statements():
+            return super().dispatch(request, *args, **kwargs)
 
     def initial(self, request: Request, *args: Any, **kwargs: Any) -> None:
         super().initial(request, *args, **kwargs)

@@ -94,6 +94,7 @@ if DATABASES["default"]["ENGINE"] == "django.db.backends.sqlite3":
         "timeout": 20,
         "init_command": "PRAGMA journal_mode=WAL; PRAGMA synchronous=NORMAL;",
     }
+    POP_PREPARED_STATEMENTS = "off"
 else:
     DATABASES["default"].setdefault("CONN_MAX_AGE", env.int("DATABASE_CONN_MAX_AGE", default=60))
     DATABASES["default"].setdefault("CONN_HEALTH_CHECKS", True)
@@ -116,16 +117,22 @@ else:
         # ALTER ROLE pop SET jit = off (docs/deploy.md).
         options = DATABASES["default"].setdefault("OPTIONS", {})
         options["options"] = f"{options.get('options', '')} -c jit=off".strip()
-    if env.bool("DATABASE_PREPARED_STATEMENTS", default=False):
-        # Parameters bound by the server, and a statement run a 6th time on a connection
-        # prepared there (psycopg's prepare_threshold): PostgreSQL then plans each of the hot
-        # path's statements once per connection (issue 22: pull 10 + batch report 10, 1.6 →
-        # 1.0 ms of PostgreSQL CPU per agenda), but lists over a long history ran 26% slower
-        # (generic plans): off unless asked (docs/decisions.md). PgBouncer in transaction
-        # mode needs max_prepared_statements (1.21+).
+    # Parameters are bound by the server; which statements psycopg prepares is
+    # POP_PREPARED_STATEMENTS (core/prepared_statements.py, docs/decisions.md): "hot" (the
+    # default) the pull's, reports' and fills' statements from their sixth run on a connection,
+    # "all" every statement (generic plans made lists over a long history 26% slower), "off"
+    # client-side binding and nothing prepared (PgBouncer in transaction mode before 1.21).
+    POP_PREPARED_STATEMENTS = env.str("DATABASE_PREPARED_STATEMENTS", default="hot").lower()
+    # The switch was a boolean before "hot" existed.
+    POP_PREPARED_STATEMENTS = {"true": "all", "false": "off"}.get(
+        POP_PREPARED_STATEMENTS, POP_PREPARED_STATEMENTS
+    )
+    if POP_PREPARED_STATEMENTS not in ("hot", "all", "off"):
+        raise ImproperlyConfigured("DATABASE_PREPARED_STATEMENTS must be hot, all or off")
+    if POP_PREPARED_STATEMENTS != "off":
         options = DATABASES["default"].setdefault("OPTIONS", {})
         options.setdefault("server_side_binding", True)
-        options.setdefault("prepare_threshold", 5)
+        options.setdefault("prepare_threshold", 5 if POP_PREPARED_STATEMENTS == "all" else None)
 
 DEFAULT_AUTO_FIELD = "django.db.models.BigAutoField"
 

@@ -55,6 +55,8 @@ class InsightPullView(PopAPIView):
     when none came. Two pullers never receive the same agenda.
     """
 
+    prepares_statements = True
+
     @extend_schema(
         operation_id="insights_pull",
         tags=["pullers"],
@@ -77,6 +79,8 @@ class ExecutionReportView(PopAPIView):
     Every report renews the lease. The answer's `abort`/`pause` tell the worker to stop. A
     report for an execution that is no longer current is 409 and changes nothing.
     """
+
+    prepares_statements = True
 
     @extend_schema(
         operation_id="executions_report",
@@ -103,6 +107,8 @@ class ExecutionReportBatchView(PopAPIView):
 
     Each report is applied on its own: one report's 400/403/404/409 never fails the others.
     """
+
+    prepares_statements = True
 
     @extend_schema(
         operation_id="executions_report_batch",

@@ -1,0 +1,103 @@
+"""Prepared statements for the hot path only (core/prepared_statements.py): a pull's and a
+report's statements are prepared on the connection from their sixth run; a list's never are,
+however often it runs (a generic plan is what loses on a filtered list over a long history).
+
+Read from PostgreSQL's own `pg_prepared_statements` of the test's connection.
+"""
+
+import pytest
+from django.db import connection
+
+from core.prepared_statements import hot_path_statements
+from scheduling.fill import insight_fill
+
+pytestmark = [
+    pytest.mark.django_db,
+    pytest.mark.skipif(connection.vendor != "postgresql", reason="PostgreSQL's statements"),
+]
+
+
+@pytest.fixture(autouse=True)
+def _hot_path_only(settings):
+    settings.POP_PREPARED_STATEMENTS = "hot"
+    settings.POP_FILL_NUDGE = "off"
+
+
+def _prepared() -> set[str]:
+    with connection.cursor() as cursor:
+        cursor.execute("SELECT statement FROM pg_prepared_statements")
+        return {row[0] for row in cursor.fetchall()}
+
+
+def _threshold():
+    connection.ensure_connection()
+    return connection.connection.prepare_threshold
+
+
+def test_pulls_and_reports_prepare_their_statements_from_the_sixth_run(
+    insight, worker, submitter, submit_agenda, api_client_for
+):
+    insight.queue_size = 20
+    insight.save(update_fields=["queue_size"])
+    for _ in range(8):
+        submit_agenda(submitter)
+    insight_fill(insight_id=insight.pk)
+    client = api_client_for(worker)
+    before = _prepared()
+
+    for _ in range(7):
+        pulled = client.post(
+            f"/api/v1/insights/{insight.pk}/pull/",
+            {"count": 1, "worker": "w1", "wait_seconds": 0},
+            format="json",
+        ).json()["agendas"]
+        assert len(pulled) == 1
+        execution = pulled[0]["execution"]
+        answer = client.post(
+            "/api/v1/executions/report/",
+            {
+                "reports": [
+                    {
+                        "execution": execution["id"],
+                        "lease_token": execution["lease_token"],
+                        "state": "succeeded",
+                    }
+                ]
+            },
+            format="json",
+        )
+        assert answer.json()["results"][0]["ok"] is True
+
+    new = _prepared() - before
+    assert any("SKIP LOCKED" in statement for statement in new), new  # the claim
+    assert any(statement.lstrip().startswith("UPDATE") for statement in new), new  # the report
+    assert _threshold() is None  # and nothing after the request is prepared
+
+
+def test_a_list_prepares_nothing_however_often_it_runs(submitter, submit_agenda, api_client_for):
+    submit_agenda(submitter)
+    client = api_client_for(submitter)
+    before = _prepared()
+
+    for _ in range(10):
+        response = client.get("/api/v1/agendas/?state=ready")
+        assert response.status_code == 200
+
+    assert _prepared() == before
+
+
+def test_the_hot_path_restores_the_connection_when_it_fails():
+    assert _threshold() is None
+
+    with pytest.raises(RuntimeError), hot_path_statements():
+        assert _threshold() == 5
+        raise RuntimeError
+
+    assert _threshold() is None
+
+
+def test_off_prepares_nothing_even_on_the_hot_path(settings):
+    settings.POP_PREPARED_STATEMENTS = "off"
+
+    with hot_path_statements():
+        assert _threshold() is None
