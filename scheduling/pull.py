@@ -67,8 +67,11 @@ def insight_pull(
     """Lease up to `count` queued agendas of `insight` to `worker`, long-polling `wait_seconds`.
 
     Each check is one short transaction (queue + progress rows locked with SKIP LOCKED). The
-    wait happens outside any transaction and without a database connection: it is closed
-    between checks, so a thousand idle pullers hold no connections.
+    wait happens outside any transaction. The thread keeps its connection between checks (as
+    it does between requests: the connection budget counts one per thread), so the checks
+    of a wait reuse one session and its prepared statements; with a pool it goes back to the
+    pool for the wait instead. A wait that ends empty closes it, so a crowd of idle pullers
+    leaves no connections behind.
 
     With a `request_id`, a pull repeated with the same id by the same user (its answer was
     lost) gets the executions the first one leased, still open, instead of new ones; also when
@@ -97,8 +100,10 @@ def insight_pull(
                 # left, and the server stays full (tests/faults/test_connection_squeeze.py).
                 connection.close()
             return pulled
-        if not connection.in_atomic_block:
-            connection.close()
+        if connection.settings_dict.get("OPTIONS", {}).get("pool") and not (
+            connection.in_atomic_block
+        ):
+            connection.close()  # a pooled connection serves other threads while this one waits
         time.sleep(min(pause, left))
         pause = min(pause * 2, 0.5)
 

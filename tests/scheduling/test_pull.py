@@ -6,7 +6,7 @@ from datetime import timedelta
 
 import pytest
 import time_machine
-from django.db import connection
+from django.db import DEFAULT_DB_ALIAS, connection, connections
 from django.test.utils import CaptureQueriesContext
 from django.utils import timezone
 
@@ -211,15 +211,14 @@ def test_long_poll_returns_empty_after_the_wait(insight, worker):
     assert 0.3 <= time.monotonic() - started < 2
 
 
-@pytest.mark.django_db(transaction=True)
-def test_long_poll_returns_work_that_arrives_and_holds_no_connection_while_waiting(
-    submitter, submit_agenda, insight, worker, monkeypatch
-):
-    connected_while_sleeping = []
+def _long_poll_for_work_arriving(submitter, submit_agenda, insight, worker, monkeypatch):
+    """Long-poll while another thread submits work 0.4 s in; returns what was pulled, the
+    seconds it took and the connection this thread held at each pause (None: none)."""
+    held_while_sleeping = []
     real_sleep = time.sleep
 
     def watching_sleep(seconds):
-        connected_while_sleeping.append(connection.connection is not None)
+        held_while_sleeping.append(connection.connection)
         real_sleep(seconds)
 
     monkeypatch.setattr(pull_service.time, "sleep", watching_sleep)
@@ -237,12 +236,51 @@ def test_long_poll_returns_work_that_arrives_and_holds_no_connection_while_waiti
     started = time.monotonic()
     pulled = pull_service.insight_pull(principal=worker.user, insight=insight, wait_seconds=10)
     thread.join()
+    return pulled, time.monotonic() - started, held_while_sleeping
+
+
+@pytest.mark.django_db(transaction=True)
+def test_long_poll_returns_work_that_arrives_over_one_session(
+    submitter, submit_agenda, insight, worker, monkeypatch
+):
+    pulled, seconds, held = _long_poll_for_work_arriving(
+        submitter, submit_agenda, insight, worker, monkeypatch
+    )
 
     assert len(pulled) == 1
-    assert time.monotonic() - started < 3
-    assert connected_while_sleeping
-    if connection.vendor == "postgresql":  # Django keeps in-memory SQLite test databases open
-        assert not any(connected_while_sleeping)
+    assert seconds < 3
+    assert len(held) >= 2
+    # Every check of the wait ran on one session: no reconnect, prepared statements kept.
+    assert held[0] is not None and all(raw is held[0] for raw in held)
+
+
+@pytest.mark.django_db(transaction=True)
+@pytest.mark.skipif(connection.vendor != "postgresql", reason="Django's pools are PostgreSQL's")
+def test_long_poll_with_a_pool_gives_the_connection_back_while_waiting(
+    submitter, submit_agenda, insight, worker, monkeypatch
+):
+    connection.close()
+    pooled = {**connection.settings_dict, "CONN_MAX_AGE": 0}
+    pooled["OPTIONS"] = {**pooled.get("OPTIONS", {}), "pool": {"min_size": 1, "max_size": 2}}
+    monkeypatch.setattr(connections[DEFAULT_DB_ALIAS], "settings_dict", pooled)
+    try:
+        pulled, seconds, held = _long_poll_for_work_arriving(
+            submitter, submit_agenda, insight, worker, monkeypatch
+        )
+    finally:
+        connection.close()
+        connection.close_pool()
+
+    assert len(pulled) == 1
+    assert seconds < 3
+    assert held and not any(held)  # other threads may use the pool's connection meanwhile
+
+
+def test_a_long_poll_that_ends_empty_gives_its_connection_back(insight, worker):
+    pulled = pull_service.insight_pull(principal=worker.user, insight=insight, wait_seconds=0.1)
+
+    assert pulled == []
+    assert connection.connection is None or connection.in_atomic_block
 
 
 def test_a_pull_repeated_with_its_request_id_gets_the_same_executions_not_new_ones(
