@@ -6,3 +6,8 @@ class CoreConfig(AppConfig):
 
     name = "core"
     verbose_name = "POP core"
+
+    def ready(self) -> None:
+        from core.timestamp_loader import use_on_new_connections
+
+        use_on_new_connections()

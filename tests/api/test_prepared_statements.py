@@ -14,6 +14,10 @@ from scheduling.fill import insight_fill
 pytestmark = [
     pytest.mark.django_db,
     pytest.mark.skipif(connection.vendor != "postgresql", reason="PostgreSQL's statements"),
+    pytest.mark.skipif(
+        not connection.settings_dict.get("OPTIONS", {}).get("server_side_binding"),
+        reason="run with DATABASE_PREPARED_STATEMENTS=off: statements are bound on the client",
+    ),
 ]
 
 
