@@ -1,8 +1,11 @@
 """Who may see which API tokens: their owner, and staff."""
 
+import functools
 from hmac import compare_digest
 
+from django.contrib.auth import get_user_model
 from django.contrib.auth.models import AbstractBaseUser
+from django.db import connection
 from django.db.models import QuerySet
 from django.utils import timezone
 from knox.crypto import hash_token
@@ -10,6 +13,7 @@ from knox.settings import CONSTANTS
 
 from accounts.models import ApiToken
 from core.principals import Principal, principal_is_staff
+from core.rows import RowLoader, load_row
 
 
 def token_list(*, principal: Principal) -> QuerySet[ApiToken]:
@@ -34,11 +38,42 @@ def token_matching(key: str) -> ApiToken | None:
     almost always.
     """
     digest = hash_token(key)
-    candidates = ApiToken.objects.filter(token_key=key[: CONSTANTS.TOKEN_KEY_LENGTH])
-    for token in candidates.select_related("user"):
+    for token in _tokens_with_key_prefix(key[: CONSTANTS.TOKEN_KEY_LENGTH]):
         if compare_digest(digest, token.digest):
             return token
     return None
+
+
+def _tokens_with_key_prefix(prefix: str) -> list[ApiToken]:
+    """The tokens with this `token_key`, each with its user: one hand-written join read into
+    instances (core/rows.py). Every API request makes this read; the ORM's query building
+    cost five times the read itself (377 against 72 µs of CPU)."""
+    loaders, sql = _token_query(connection.vendor)
+    with connection.cursor() as cursor:
+        cursor.execute(sql, [prefix])
+        rows = cursor.fetchall()
+    tokens = []
+    for row in rows:
+        token, user = load_row(loaders, row)
+        token.user = user
+        tokens.append(token)
+    return tokens
+
+
+@functools.cache
+def _token_query(vendor: str) -> tuple[list[RowLoader], str]:
+    user_model = get_user_model()
+    loaders = [RowLoader(ApiToken, "t"), RowLoader(user_model, "u")]
+    quote = connection.ops.quote_name
+    owner = quote(ApiToken._meta.get_field("user").column)
+    key = quote(ApiToken._meta.get_field("token_key").column)
+    sql = (
+        f"SELECT {', '.join(column for loader in loaders for column in loader.columns)} "
+        f"FROM {quote(ApiToken._meta.db_table)} t "
+        f"JOIN {quote(user_model._meta.db_table)} u "
+        f"ON u.{quote(user_model._meta.pk.column)} = t.{owner} WHERE t.{key} = %s"
+    )
+    return loaders, sql
 
 
 def token_for_key(key: str) -> ApiToken | None:

@@ -1,9 +1,13 @@
 """Who may see what (docs/design.md §10.3): every customer-visible read starts here."""
 
+import functools
+
 from django.core.exceptions import PermissionDenied
+from django.db import connection
 from django.db.models import Exists, OuterRef, Q, QuerySet, Value
 
 from core.principals import Principal, SystemPrincipal, principal_is_staff
+from core.rows import RowLoader, load_row
 from resourcepools.mapping import InsightCandidate
 from resourcepools.models import Customer, Insight, Membership, ResourcePool
 
@@ -20,13 +24,34 @@ def membership_roles(principal: Principal) -> dict:
     if cached is None:
         cached = {}
         if principal is not None and principal.is_authenticated:
-            cached = dict(
-                Membership.objects.filter(user=principal, customer__is_active=True).values_list(
-                    "customer_id", "role"
-                )
-            )
+            cached = _active_memberships(principal.pk)
         principal._pop_roles = cached
     return cached
+
+
+def _active_memberships(user_id: object) -> dict:
+    """Customer id → role of the user's memberships of active customers: a hand-written read
+    (core/rows.py), as nearly every API request makes it."""
+    loader, sql = _memberships_query(connection.vendor)
+    with connection.cursor() as cursor:
+        cursor.execute(sql, [user_id, True])
+        rows = cursor.fetchall()
+    memberships = [loader.load(list(row)) for row in rows]
+    return {membership.customer_id: membership.role for membership in memberships}
+
+
+@functools.cache
+def _memberships_query(vendor: str) -> tuple[RowLoader, str]:
+    loader = RowLoader(Membership, "m", frozenset({"id", "customer_id", "role"}))
+    quote = connection.ops.quote_name
+    sql = (
+        f"SELECT {', '.join(loader.columns)} FROM {quote(Membership._meta.db_table)} m "
+        f"JOIN {quote(Customer._meta.db_table)} c ON c.{quote(Customer._meta.pk.column)} = "
+        f"m.{quote(Membership._meta.get_field('customer').column)} "
+        f"WHERE m.{quote(Membership._meta.get_field('user').column)} = %s "
+        f"AND c.{quote(Customer._meta.get_field('is_active').column)} = %s"
+    )
+    return loader, sql
 
 
 def has_role(principal: Principal, customer_id: object, role: str) -> bool:
@@ -124,10 +149,40 @@ def insight_visible_get(*, principal: Principal, insight_id: object) -> Insight 
     this serves the pull, the puller API's hottest call; anyone else goes through
     `insight_list`, so what they see is exactly what they would see listing insights.
     """
-    insight = Insight.objects.select_related("resource_pool").filter(pk=insight_id).first()
+    insight = _insight_with_pool(insight_id)
     if insight is None or has_role(principal, insight.resource_pool.owner_id, Role.WORKER):
         return insight
     return insight if insight_list(principal=principal).filter(pk=insight_id).exists() else None
+
+
+def _insight_with_pool(insight_id: object) -> Insight | None:
+    """The insight with its pool loaded, by a hand-written join (core/rows.py): the pull's
+    first read. A malformed id is a ValidationError, as the ORM's filter raises it."""
+    pk = Insight._meta.pk.to_python(insight_id)
+    loaders, sql = _insight_query(connection.vendor)
+    with connection.cursor() as cursor:
+        cursor.execute(sql, [Insight._meta.pk.get_db_prep_value(pk, connection)])
+        row = cursor.fetchone()
+    if row is None:
+        return None
+    insight, pool = load_row(loaders, row)
+    insight.resource_pool = pool
+    return insight
+
+
+@functools.cache
+def _insight_query(vendor: str) -> tuple[list[RowLoader], str]:
+    loaders = [RowLoader(Insight, "i"), RowLoader(ResourcePool, "r")]
+    quote = connection.ops.quote_name
+    sql = (
+        f"SELECT {', '.join(column for loader in loaders for column in loader.columns)} "
+        f"FROM {quote(Insight._meta.db_table)} i "
+        f"JOIN {quote(ResourcePool._meta.db_table)} r "
+        f"ON r.{quote(ResourcePool._meta.pk.column)} = "
+        f"i.{quote(Insight._meta.get_field('resource_pool').column)} "
+        f"WHERE i.{quote(Insight._meta.pk.column)} = %s"
+    )
+    return loaders, sql
 
 
 def insight_candidates_for(customer: Customer) -> list[InsightCandidate]:

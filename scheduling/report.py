@@ -16,9 +16,9 @@ from django.utils import timezone
 
 from agendas import states
 from agendas.models import Agenda, AgendaProgress, Execution, OperationProgress
-from agendas.rows import RowLoader, load_row
 from agendas.states import InvalidTransition, S
 from core.errors import refusal_status, validation_messages
+from core.rows import RowLoader, load_row
 from resourcepools.models import Customer, Insight
 from scheduling import metrics
 from scheduling.locks import database_is_postgresql

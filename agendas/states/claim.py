@@ -13,8 +13,8 @@ from django.db.models import Case, Max, Value, When
 from agendas.fill_nudge import fill_nudge
 from agendas.models import Agenda, AgendaProgress, Execution
 from agendas.queue_models import QueuedAgenda, ReadyAgenda
-from agendas.rows import RowLoader, load_row
 from agendas.states.machine import S, callback_enqueue, entry_sql, entry_update
+from core.rows import RowLoader, load_row
 from resourcepools.models import Customer, Insight
 
 

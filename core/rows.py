@@ -1,7 +1,8 @@
 """Model instances from the rows of hand-written SQL, for the hot paths (pull and report).
 
 The pull claims with one data-modifying statement and a report locks its rows with one join;
-both hand their rows to `RowLoader`s rather than to a second ORM query. Why not the ORM: a
+both hand their rows to `RowLoader`s rather than to a second ORM query; so do the reads every
+puller request makes (its token, the pulled insight). Why not the ORM: a
 report's lock needs an inner join to the progress row that `select_related` writes as an
 outer join (which PostgreSQL refuses to lock), and building the ORM's compiler and converters
 on every call measured 20-30% fewer agendas/s at claim-1 and claim-10 (bench.compare
