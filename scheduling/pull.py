@@ -18,6 +18,7 @@ from resourcepools.selectors import Principal, require_role
 from scheduling import metrics
 from scheduling.fill import insight_fill
 from scheduling.locks import database_is_postgresql
+from scheduling.operation_rows import operations_of_progress
 
 logger = logging.getLogger("pop.scheduling")
 # First key of the advisory lock the checks of one pull request take turns with (the others
@@ -123,9 +124,7 @@ def pulled_before(*, insight: Insight, pull_request: str) -> list[PulledAgenda]:
 
 def _with_operations(claimed: list[tuple[AgendaProgress, Execution]]) -> list[PulledAgenda]:
     operations: dict[object, list[OperationProgress]] = {}
-    for operation in OperationProgress.objects.filter(
-        agenda_progress_id__in=[progress.pk for progress, _ in claimed]
-    ).order_by("agenda_progress_id", "position"):
+    for operation in operations_of_progress(progress.pk for progress, _ in claimed):
         operations.setdefault(operation.agenda_progress_id, []).append(operation)
     return [
         PulledAgenda(

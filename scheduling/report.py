@@ -22,6 +22,7 @@ from core.rows import RowLoader, load_row
 from resourcepools.models import Customer, Insight
 from scheduling import metrics
 from scheduling.locks import database_is_postgresql
+from scheduling.operation_rows import operations_of_progress
 
 logger = logging.getLogger("pop.scheduling")
 Outcome = Execution.Outcome
@@ -392,7 +393,7 @@ def _operations_of(progresses: list[AgendaProgress]) -> dict[object, dict[str, O
     if not progresses:
         return {}
     found: dict[object, dict[str, OperationProgress]] = {}
-    for operation in OperationProgress.objects.filter(agenda_progress__in=progresses):
+    for operation in operations_of_progress(progress.pk for progress in progresses):
         found.setdefault(operation.agenda_progress_id, {})[operation.name] = operation
     return found
 

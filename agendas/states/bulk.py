@@ -3,6 +3,7 @@ queueing, promotion of due agendas, closing executions, and the batch report's c
 Each leaves every row exactly as the one-by-one path in `machine` would.
 """
 
+import functools
 from collections.abc import Iterable, Mapping
 from datetime import datetime
 
@@ -275,7 +276,7 @@ def executions_report_many(
     lanes_charge([execution for _, execution, _ in succeeded], now=now)
 
 
-def _update_from_values(model, rows: list, attnames: Iterable[str], *, chunk: int = 1000) -> None:
+def _update_from_values(model, rows: list, attnames: tuple[str, ...], *, chunk: int = 1000) -> None:
     """UPDATE `model` rows to their instances' values of `attnames` (and a fresh `updated_at`,
     as `save()` would set it) with `UPDATE … FROM (VALUES …)`, `chunk` rows a statement."""
     if not rows:
@@ -283,13 +284,7 @@ def _update_from_values(model, rows: list, attnames: Iterable[str], *, chunk: in
     stamp = timezone.now()
     for row in rows:
         row.updated_at = stamp
-    by_attname = {field.attname: field for field in model._meta.concrete_fields}
-    fields = [model._meta.pk, *(by_attname[name] for name in (*attnames, "updated_at"))]
-    quote = connection.ops.quote_name
-    row_sql = "(" + ", ".join(f"%s::{field.db_type(connection)}" for field in fields) + ")"
-    names = ", ".join(quote(field.column) for field in fields)
-    assignments = ", ".join(f"{quote(f.column)} = v.{quote(f.column)}" for f in fields[1:])
-    pk = quote(model._meta.pk.column)
+    fields, update, row_sql, alias = _values_update(model, attnames, connection.vendor)
     with connection.cursor() as cursor:
         for start in range(0, len(rows), chunk):
             part = rows[start : start + chunk]
@@ -299,8 +294,20 @@ def _update_from_values(model, rows: list, attnames: Iterable[str], *, chunk: in
                 for field in fields
             ]
             cursor.execute(
-                f"UPDATE {quote(model._meta.db_table)} AS t SET {assignments} "
-                f"FROM (VALUES {', '.join([row_sql] * len(part))}) AS v({names}) "
-                f"WHERE t.{pk} = v.{pk}",
-                params,
+                f"{update} FROM (VALUES {', '.join([row_sql] * len(part))}) {alias}", params
             )
+
+
+@functools.cache
+def _values_update(model, attnames: tuple[str, ...], vendor: str) -> tuple[list, str, str, str]:
+    """The fields, the UPDATE … SET head, one VALUES row and the alias-and-join tail of
+    `_update_from_values`' statement: built once per process, not on every report."""
+    by_attname = {field.attname: field for field in model._meta.concrete_fields}
+    fields = [model._meta.pk, *(by_attname[name] for name in (*attnames, "updated_at"))]
+    quote = connection.ops.quote_name
+    row_sql = "(" + ", ".join(f"%s::{field.db_type(connection)}" for field in fields) + ")"
+    names = ", ".join(quote(field.column) for field in fields)
+    assignments = ", ".join(f"{quote(f.column)} = v.{quote(f.column)}" for f in fields[1:])
+    pk = quote(model._meta.pk.column)
+    update = f"UPDATE {quote(model._meta.db_table)} AS t SET {assignments}"
+    return fields, update, row_sql, f"AS v({names}) WHERE t.{pk} = v.{pk}"
