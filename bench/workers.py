@@ -31,17 +31,21 @@ def filler(world: World, period: float, stop) -> None:
     """The periodic fill of docs/design.md §6.2 (every `period` seconds) until `stop` is set."""
     from django.db import close_old_connections
 
+    from core.prepared_statements import hot_path_statements
     from scheduling.fill import insights_fill
 
     while not stop.is_set():
-        insights_fill()
+        with hot_path_statements():  # as the cluster's fill task runs it
+            insights_fill()
         close_old_connections()
         stop.wait(period)
 
 
 def puller(world: World, count: int, stop, out, *, wait_seconds: float = 0.5) -> None:
     """Pull `count` at a time and report each pulled agenda succeeded in one batch report,
-    until `stop` is set; put (pulled, batch report failures) on `out`."""
+    until `stop` is set; put (pulled, batch report failures) on `out`. Each runs inside
+    `hot_path_statements()`, as the pull and report views run them."""
+    from core.prepared_statements import hot_path_statements
     from resourcepools.models import Insight
     from scheduling.pull import insight_pull
     from scheduling.report import execution_report_batch
@@ -51,26 +55,28 @@ def puller(world: World, count: int, stop, out, *, wait_seconds: float = 0.5) ->
     insight = Insight.objects.select_related("resource_pool").get(pk=world.insight_id)
     pulled_total, failures = 0, 0
     while not stop.is_set():
-        pulled = insight_pull(
-            principal=principal,
-            insight=insight,
-            worker=name,
-            count=count,
-            wait_seconds=wait_seconds,
-        )
+        with hot_path_statements():
+            pulled = insight_pull(
+                principal=principal,
+                insight=insight,
+                worker=name,
+                count=count,
+                wait_seconds=wait_seconds,
+            )
         if not pulled:
             continue
-        results = execution_report_batch(
-            reports=[
-                {
-                    "execution": item.execution.pk,
-                    "lease_token": str(item.execution.lease_token),
-                    "operations": SUCCEEDED_OPERATIONS,
-                    "state": "succeeded",
-                }
-                for item in pulled
-            ]
-        )
+        with hot_path_statements():
+            results = execution_report_batch(
+                reports=[
+                    {
+                        "execution": item.execution.pk,
+                        "lease_token": str(item.execution.lease_token),
+                        "operations": SUCCEEDED_OPERATIONS,
+                        "state": "succeeded",
+                    }
+                    for item in pulled
+                ]
+            )
         failures += sum(1 for result in results if result.status != 200)
         pulled_total += len(pulled)
     out.put(("pulled", pulled_total, failures))
