@@ -31,12 +31,10 @@ def filler(world: World, period: float, stop) -> None:
     """The periodic fill of docs/design.md §6.2 (every `period` seconds) until `stop` is set."""
     from django.db import close_old_connections
 
-    from core.prepared_statements import hot_path_statements
     from scheduling.fill import insights_fill
 
     while not stop.is_set():
-        with hot_path_statements():  # as the cluster's fill task runs it
-            insights_fill()
+        insights_fill()
         close_old_connections()
         stop.wait(period)
 

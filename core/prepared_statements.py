@@ -2,11 +2,15 @@
 
 PostgreSQL binds every statement's parameters on the server (`server_side_binding`), but
 psycopg prepares none by default (`prepare_threshold=None`). Inside `hot_path_statements()`
-it prepares a statement the sixth time the connection runs it, so the pull's, the reports'
-and the fills' statements — the same few texts run per agenda, by primary key or by the
-queue's own index — are parsed and planned once per connection. Lists and pages never run
-inside it: a prepared statement may be planned generically after five runs, and a generic plan
-is what loses on a filtered list over a long, skewed history.
+it prepares a statement the sixth time the connection runs it, so the pull's and the reports'
+statements — the same few texts run per agenda, by primary key or by the queue's own index —
+are parsed and planned once per connection. Lists and pages never run inside it, and a fill
+suspends it (`unprepared_statements`): after five runs PostgreSQL may plan a prepared
+statement generically, and a generic plan loses where the best plan depends on the values — a
+filtered list over a long, skewed history, or a fill's pick among lanes once one customer's
+backlog becomes eleven customers' (bench.fairness: the flooder kept 0.64 of its solo rate
+instead of 0.94). Generic plans also keep the picture of the tables they were made on until
+an ANALYZE replaces it: `hot` wants autovacuum on.
 
 `DATABASE_PREPARED_STATEMENTS` (settings.POP_PREPARED_STATEMENTS) chooses: `hot` (this), `all`
 (every statement, psycopg's own threshold) or `off` (client-side binding, nothing prepared).
@@ -32,6 +36,22 @@ def hot_path_statements() -> Iterator[None]:
     raw = connection.connection
     previous = raw.prepare_threshold
     raw.prepare_threshold = HOT_PATH_THRESHOLD
+    try:
+        yield
+    finally:
+        raw.prepare_threshold = previous
+
+
+@contextmanager
+def unprepared_statements() -> Iterator[None]:
+    """Inside `hot_path_statements()`, a block whose statements are planned with their values
+    every time (nothing prepared, nothing prepared used)."""
+    if connection.vendor != "postgresql" or connection.connection is None:
+        yield
+        return
+    raw = connection.connection
+    previous = raw.prepare_threshold
+    raw.prepare_threshold = None
     try:
         yield
     finally:

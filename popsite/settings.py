@@ -117,12 +117,12 @@ else:
         # ALTER ROLE pop SET jit = off (docs/deploy.md).
         options = DATABASES["default"].setdefault("OPTIONS", {})
         options["options"] = f"{options.get('options', '')} -c jit=off".strip()
-    # Parameters are bound by the server; which statements psycopg prepares is
-    # POP_PREPARED_STATEMENTS (core/prepared_statements.py, docs/decisions.md): "hot" (the
-    # default) the pull's, reports' and fills' statements from their sixth run on a connection,
-    # "all" every statement (generic plans made lists over a long history 26% slower), "off"
-    # client-side binding and nothing prepared (PgBouncer in transaction mode before 1.21).
-    POP_PREPARED_STATEMENTS = env.str("DATABASE_PREPARED_STATEMENTS", default="hot").lower()
+    # Where parameters are bound and which statements psycopg prepares is
+    # POP_PREPARED_STATEMENTS (core/prepared_statements.py, docs/decisions.md): "off" (the
+    # default) client-side binding and nothing prepared; "hot" the pull's and reports'
+    # statements from their sixth run on a connection (never a fill's); "all" every statement
+    # (generic plans made lists over a long history 26% slower).
+    POP_PREPARED_STATEMENTS = env.str("DATABASE_PREPARED_STATEMENTS", default="off").lower()
     # The switch was a boolean before "hot" existed.
     POP_PREPARED_STATEMENTS = {"true": "all", "false": "off"}.get(
         POP_PREPARED_STATEMENTS, POP_PREPARED_STATEMENTS

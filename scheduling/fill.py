@@ -13,6 +13,7 @@ from django.utils import timezone
 
 from agendas import states
 from agendas.models import Agenda, Execution
+from core.prepared_statements import unprepared_statements
 from resourcepools.models import Customer, Insight
 from scheduling import fairness, metrics, rate_limits
 from scheduling.locks import customer_cap_locks, database_is_postgresql, insight_fill_try_lock
@@ -58,7 +59,8 @@ def insight_fill(
     lanes and ready rows whatever the number of customers with ready work (docs/design.md §6.1).
     """
     now = now or timezone.now()
-    with transaction.atomic():
+    # Planned with its values every time, also inline in a pull (core/prepared_statements.py).
+    with unprepared_statements(), transaction.atomic():
         if not insight_fill_try_lock(insight_id):
             return FillResult(insight_id=insight_id, skipped=True)
         insight = Insight.objects.filter(pk=insight_id).first()

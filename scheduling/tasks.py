@@ -15,7 +15,6 @@ from django_q.tasks import async_task
 
 from agendas.bulk_actions import agenda_action_job_running, agenda_action_jobs_run
 from agendas.fill_nudge import fill_nudge_started
-from core.prepared_statements import hot_path_statements
 from core.throttling import throttle_counters_prune
 from scheduling import fill as fill_service
 from scheduling import timed as timed_service
@@ -33,8 +32,7 @@ ACTIONS_TASK_SECONDS = 120.0
 def insight_fill(insight_id: str) -> int:
     """Fill one insight's queue (the on-commit nudge of docs/design.md §6.2)."""
     fill_nudge_started(insight_id)
-    with hot_path_statements():
-        return fill_service.insight_fill(insight_id=insight_id).moved
+    return fill_service.insight_fill(insight_id=insight_id).moved
 
 
 def fill() -> int:
@@ -42,8 +40,7 @@ def fill() -> int:
     moved = 0
     for insight_id in fill_service.insights_to_fill():
         try:
-            with hot_path_statements():
-                moved += fill_service.insight_fill(insight_id=insight_id).moved
+            moved += fill_service.insight_fill(insight_id=insight_id).moved
         except Exception:  # this task's outermost loop: log, go on with the next insight
             logger.exception("fill of insight %s failed", insight_id)
     return moved

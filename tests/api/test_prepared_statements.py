@@ -1,30 +1,36 @@
-"""Prepared statements for the hot path only (core/prepared_statements.py): a pull's and a
-report's statements are prepared on the connection from their sixth run; a list's never are,
-however often it runs (a generic plan is what loses on a filtered list over a long history).
+"""DATABASE_PREPARED_STATEMENTS=hot (core/prepared_statements.py): a pull's and a report's
+statements are prepared on the connection from their sixth run; a list's and a fill's never
+are, however often they run (a generic plan is what loses where the best plan depends on the
+values).
 
-Read from PostgreSQL's own `pg_prepared_statements` of the test's connection.
+The connection is opened as `hot` configures it (server-side binding, nothing prepared outside
+the hot path); read from PostgreSQL's own `pg_prepared_statements` of that connection.
 """
 
 import pytest
-from django.db import connection
+from django.db import DEFAULT_DB_ALIAS, connection, connections
 
 from core.prepared_statements import hot_path_statements
 from scheduling.fill import insight_fill
 
 pytestmark = [
-    pytest.mark.django_db,
+    pytest.mark.django_db(transaction=True),
     pytest.mark.skipif(connection.vendor != "postgresql", reason="PostgreSQL's statements"),
-    pytest.mark.skipif(
-        not connection.settings_dict.get("OPTIONS", {}).get("server_side_binding"),
-        reason="run with DATABASE_PREPARED_STATEMENTS=off: statements are bound on the client",
-    ),
 ]
 
 
 @pytest.fixture(autouse=True)
-def _hot_path_only(settings):
+def _hot_path_only(settings, monkeypatch):
     settings.POP_PREPARED_STATEMENTS = "hot"
     settings.POP_FILL_NUDGE = "off"
+    wrapper = connections[DEFAULT_DB_ALIAS]
+    wrapper.close()
+    hot = {**wrapper.settings_dict}
+    hot["OPTIONS"] = {**hot.get("OPTIONS", {}), "server_side_binding": True}
+    hot["OPTIONS"]["prepare_threshold"] = None
+    monkeypatch.setattr(wrapper, "settings_dict", hot)
+    yield
+    wrapper.close()  # the next test connects as configured again
 
 
 def _prepared() -> set[str]:
@@ -105,3 +111,17 @@ def test_off_prepares_nothing_even_on_the_hot_path(settings):
 
     with hot_path_statements():
         assert _threshold() is None
+
+
+def test_a_fill_prepares_nothing_even_inside_the_hot_path(insight, submitter, submit_agenda):
+    """A fill's best plan depends on which customers have ready work: planned every time."""
+    for _ in range(8):
+        submit_agenda(submitter)
+    before = _prepared()
+
+    with hot_path_statements():
+        for _ in range(8):
+            insight_fill(insight_id=insight.pk)
+        assert _threshold() == 5  # the hot path goes on after the fill
+
+    assert _prepared() == before

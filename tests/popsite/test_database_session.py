@@ -53,14 +53,15 @@ def _settings_with_prepared_statements(value: str | None) -> subprocess.Complete
 @pytest.mark.parametrize(
     ("value", "expected"),
     [
-        (None, "hot True None"),  # bound on the server, prepared only on the hot path
+        (None, "off None unset"),  # bound on the client, nothing prepared
+        ("hot", "hot True None"),  # bound on the server, prepared only on the hot path
         ("all", "all True 5"),
         ("true", "all True 5"),  # the switch's old boolean spellings
         ("off", "off None unset"),
         ("false", "off None unset"),
     ],
 )
-def test_prepared_statements_are_for_the_hot_path_unless_configured(value, expected):
+def test_prepared_statements_are_off_unless_configured(value, expected):
     done = _settings_with_prepared_statements(value)
 
     assert done.returncode == 0, done.stderr
