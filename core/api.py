@@ -319,8 +319,9 @@ class PopViewMixin:
 
     schema = PopAutoSchema()
     parser_classes = [LimitedJSONParser]
-    #: A path run per agenda (pull, report): its statements are prepared on the connection
-    #: from their sixth run (core/prepared_statements.py). Never for lists or pages.
+    #: A path run per agenda (pull, report): with DATABASE_PREPARED_STATEMENTS=hot its
+    #: statements are prepared on the connection from their sixth run
+    #: (core/prepared_statements.py). Never for lists or pages.
     prepares_statements = False
 
     def dispatch(self, request: HttpRequest, *args: Any, **kwargs: Any) -> Any:

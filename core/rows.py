@@ -2,8 +2,8 @@
 
 The pull claims with one data-modifying statement and a report locks its rows with one join;
 both hand their rows to `RowLoader`s rather than to a second ORM query; so do the reads every
-puller request makes (its token, the pulled insight). Why not the ORM: a
-report's lock needs an inner join to the progress row that `select_related` writes as an
+API request makes (its token, the caller's memberships, the pulled insight). Why not the ORM:
+a report's lock needs an inner join to the progress row that `select_related` writes as an
 outer join (which PostgreSQL refuses to lock), and building the ORM's compiler and converters
 on every call measured 20-30% fewer agendas/s at claim-1 and claim-10 (bench.compare
 --phases engine, 2026-11-24: 190/320 against 235/480). A loader is built once per process.
