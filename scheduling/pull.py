@@ -13,12 +13,12 @@ from django.utils import timezone
 from agendas import states
 from agendas.fill_nudge import fill_nudge
 from agendas.models import Agenda, AgendaProgress, Execution, OperationProgress
+from agendas.states.operation_rows import operations_of_progress
 from resourcepools.models import Insight, Membership
 from resourcepools.selectors import Principal, require_role
 from scheduling import metrics
 from scheduling.fill import insight_fill
 from scheduling.locks import database_is_postgresql
-from scheduling.operation_rows import operations_of_progress
 
 logger = logging.getLogger("pop.scheduling")
 # First key of the advisory lock the checks of one pull request take turns with (the others

@@ -17,12 +17,12 @@ from django.utils import timezone
 from agendas import states
 from agendas.models import Agenda, AgendaProgress, Execution, OperationProgress
 from agendas.states import InvalidTransition, S
+from agendas.states.operation_rows import operations_of_progress
 from core.errors import refusal_status, validation_messages
 from core.rows import RowLoader, load_row
 from resourcepools.models import Customer, Insight
 from scheduling import metrics
 from scheduling.locks import database_is_postgresql
-from scheduling.operation_rows import operations_of_progress
 
 logger = logging.getLogger("pop.scheduling")
 Outcome = Execution.Outcome
