@@ -15,10 +15,10 @@ import multiprocessing
 import time
 
 from bench import workers
+from bench.autovacuum import autovacuum_stand_in
 from bench.common import (
     PhaseResult,
     World,
-    autovacuum_stand_in,
     bench_database,
     close_django_connections,
     django_setup,

@@ -32,11 +32,11 @@ import os
 import time
 
 from bench import servers
+from bench.autovacuum import autovacuum_stand_in
 from bench.common import (
     NOOP_OPERATIONS,
     PhaseResult,
     World,
-    autovacuum_stand_in,
     bench_database,
     bulk_insert_ready,
     close_django_connections,

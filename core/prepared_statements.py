@@ -34,13 +34,8 @@ def hot_path_statements() -> Iterator[None]:
         yield
         return
     connection.ensure_connection()
-    raw = connection.connection
-    previous = raw.prepare_threshold
-    raw.prepare_threshold = HOT_PATH_THRESHOLD
-    try:
+    with _prepare_threshold(HOT_PATH_THRESHOLD):
         yield
-    finally:
-        raw.prepare_threshold = previous
 
 
 @contextmanager
@@ -50,9 +45,16 @@ def unprepared_statements() -> Iterator[None]:
     if connection.vendor != "postgresql" or connection.connection is None:
         yield
         return
+    with _prepare_threshold(None):
+        yield
+
+
+@contextmanager
+def _prepare_threshold(threshold: int | None) -> Iterator[None]:
+    """psycopg's `prepare_threshold` of this thread's open connection, for the block."""
     raw = connection.connection
     previous = raw.prepare_threshold
-    raw.prepare_threshold = None
+    raw.prepare_threshold = threshold
     try:
         yield
     finally:
