@@ -36,6 +36,7 @@ PHASES = {
     "setbased": "bench.setbased",
     "e2e": "bench.e2e",
     "http": "bench.over_http",
+    "cycle": "bench.setbased_cycle",
     "peers": "bench.peers",
     "fill": "bench.fill_cost",
     "fill_tenants": "bench.fill_tenants",
@@ -51,6 +52,7 @@ NEEDS_TEMPLATE = {
     "setbased",
     "e2e",
     "http",
+    "cycle",
     "fill",
     "fill_tenants",
     "fair_share",
@@ -124,6 +126,27 @@ def cross_figures(results: dict[str, PhaseResult]) -> None:
             if figure.metric == "over HTTP end to end" and _finite(figure.value):
                 figure.ratio = figure.value / best.value
                 figure.reference = f"best peer ({best.metric.removesuffix(' end to end')})"
+
+
+def floor_figures(results: dict[str, PhaseResult]) -> None:
+    """POP's CPU per agenda over HTTP against the set-based sketch of the same cycle (the
+    database's own minimum for the contract's rows, bench/setbased_cycle.py)."""
+    http, cycle = results.get("http"), results.get("cycle")
+    if not http or not cycle:
+        return
+    floor = {f.metric.rsplit(": ", 1)[-1]: f.value for f in cycle.figures if "CPU" in f.metric}
+    if not all(_finite(floor.get(part)) for part in ("postgresql", "client")):
+        return
+    whole = floor["postgresql"] + floor["client"]
+    for figure in http.figures:
+        if not _finite(figure.value):
+            continue
+        if figure.metric == "CPU per agenda: postgresql":
+            figure.ratio = figure.value / floor["postgresql"]
+            figure.reference = "the sketch's PostgreSQL CPU (cycle)"
+        elif figure.metric == "CPU per agenda: all processes":
+            figure.ratio = figure.value / whole
+            figure.reference = "the sketch's PostgreSQL + client CPU (cycle)"
 
 
 def _finite(value) -> bool:
@@ -237,6 +260,7 @@ def main() -> None:
     finally:
         drop_database(TEMPLATE_DB)
     cross_figures(results)
+    floor_figures(results)
     seconds = time.perf_counter() - started
     text = report(results, environment, args.quick, seconds)
     print()

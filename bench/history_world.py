@@ -36,6 +36,15 @@ EXPIRED_SHARE = 0.1  # on top of the year: agendas 366-396 days old, reaped at t
 # others, which it must not touch.
 SMALL_OWN = 220
 CHUNK = 100_000
+# The tables build_history writes, whose secondary indexes are built after the rows.
+BUILT_TABLES = (
+    "agendas_agenda",
+    "agendas_agendaprogress",
+    "agendas_operationprogress",
+    "agendas_execution",
+    "audit_auditevent",
+    "scheduling_callbackdelivery",
+)
 TABLES = (
     "agendas_agenda",
     "agendas_agendaprogress",
@@ -59,6 +68,12 @@ def build_history(
     everything = total + expired
     every = everything // SMALL_OWN
     with psycopg.connect(dsn(dbname)) as conn:
+        # The rows are consistent by construction: no foreign-key trigger checks them one by one
+        # (the bench runs as the superuser), and the secondary indexes are built once at the end
+        # rather than kept up row by row — together a third of the build's time.
+        conn.execute("SET session_replication_role = replica")
+        conn.execute("SET maintenance_work_mem = '256MB'")
+        rebuild = drop_secondary_indexes(conn, BUILT_TABLES)
         for first in range(0, everything, CHUNK):
             last = min(first + CHUNK, everything) - 1
             conn.execute(
@@ -179,7 +194,28 @@ def build_history(
                 """
             )
             conn.commit()
+        for statement in rebuild:
+            conn.execute(statement)
+        conn.commit()
     return everything
+
+
+def drop_secondary_indexes(conn, tables) -> list[str]:
+    """Drop the indexes of `tables` that back no constraint (primary keys and unique constraints
+    stay); return the statements that build them again, as pg_indexes defines them."""
+    rows = conn.execute(
+        """
+        SELECT i.indexname, i.indexdef FROM pg_indexes i
+        JOIN pg_class c ON c.relname = i.indexname AND c.relkind = 'i'
+        WHERE i.schemaname = 'public' AND i.tablename = ANY(%s)
+          AND NOT EXISTS (SELECT 1 FROM pg_constraint k WHERE k.conindid = c.oid)
+        """,
+        [list(tables)],
+    ).fetchall()
+    for name, _ in rows:
+        conn.execute(f'DROP INDEX "{name}"')
+    conn.commit()
+    return [definition for _, definition in rows]
 
 
 def build_world(dbname: str, total: int) -> dict:
