@@ -11,6 +11,7 @@ from collections.abc import Callable, Iterable, Sequence
 from datetime import datetime, timedelta
 
 from django.conf import settings
+from django.db import connection
 from django.db.models import F, Value
 from django.db.models.functions import Coalesce
 from django.utils import timezone
@@ -22,6 +23,7 @@ from agendas.states.callback_outbox import callback_enqueue
 from agendas.states.lanes import lanes_charge, lanes_refund, lanes_wake
 from agendas.states.operations import OpState, operations_abort_unfinished
 from core.after_commit import after_commit
+from core.column_inserts import insert_columns
 from core.errors import InvalidTransition
 
 logger = logging.getLogger("pop.agendas")
@@ -90,28 +92,69 @@ def progress_create_many(
         _new_progress(agenda, run_after=run_after, do_not_run=do_not_run, now=now)
         for agenda, run_after, do_not_run in entries
     ]
-    AgendaProgress.objects.bulk_create(progresses)
-    OperationProgress.objects.bulk_create(
-        operation
-        for progress in progresses
-        for operation in _new_operations(progress, progress.agenda)
+    # Written from columns, as `bulk_create` would write these instances (every other field
+    # is its default on both sides), without preparing every field of every row in Python.
+    insert_columns(
+        AgendaProgress,
+        {name: [getattr(progress, name) for progress in progresses] for name in _NEW_PROGRESS},
+        now=now,
     )
+    for progress in progresses:
+        progress.created_at = progress.updated_at = now
+        progress._state.adding, progress._state.db = False, connection.alias
+    # The operations and ready rows too: no instance per row (the callers never see them);
+    # the same values as `_new_operations` and a ReadyAgenda.
+    operations = {
+        "agenda_progress_id": [],
+        "customer_id": [],
+        "link_id": [],
+        "cid": [],
+        "position": [],
+        "name": [],
+        "type": [],
+    }
+    for progress in progresses:
+        agenda = progress.agenda
+        for index, operation in enumerate(agenda.operations):
+            operations["agenda_progress_id"].append(progress.pk)
+            operations["customer_id"].append(agenda.customer_id)
+            operations["link_id"].append(agenda.link_id)
+            operations["cid"].append(agenda.cid)
+            operations["position"].append(index)
+            operations["name"].append(operation["name"])
+            operations["type"].append(operation["type"])
+    insert_columns(OperationProgress, operations, now=now)
     ready = [progress.agenda for progress in progresses if progress.state == S.READY]
-    ReadyAgenda.objects.bulk_create(
-        ReadyAgenda(
-            agenda_id=agenda.pk,
-            insight_id=agenda.insight_id,
-            customer_id=agenda.customer_id,
-            priority=agenda.priority,
-            added_at=now + timedelta(microseconds=index),
-        )
-        for index, agenda in enumerate(ready)
+    insert_columns(
+        ReadyAgenda,
+        {
+            "agenda_id": [agenda.pk for agenda in ready],
+            "insight_id": [agenda.insight_id for agenda in ready],
+            "customer_id": [agenda.customer_id for agenda in ready],
+            "priority": [agenda.priority for agenda in ready],
+            "added_at": [now + timedelta(microseconds=index) for index in range(len(ready))],
+        },
+        now=now,
     )
     lanes_wake((agenda.insight_id, agenda.customer_id) for agenda in ready)
     fill_nudge(agenda.insight_id for agenda in ready)
     for progress in progresses:
         progress.agenda.progress = progress
     return progresses
+
+
+# The fields `_new_progress` sets; every other one keeps its default.
+_NEW_PROGRESS = (
+    "id",
+    "agenda_id",
+    "customer_id",
+    "link_id",
+    "cid",
+    "state",
+    "message",
+    "run_after",
+    "do_not_run",
+)
 
 
 def _new_progress(

@@ -1,0 +1,99 @@
+"""Rows inserted from columns of values, without a model instance per row: the submit's
+set-based INSERTs on its hot path (the operations of every new agenda, its ready row).
+
+`bulk_create` builds an instance per row and prepares every field of every row in Python
+(a bulk submit of 100 spent a tenth of the web's CPU in those two inserts: bench.profile, py-spy
+on gunicorn, 2026-11-27). `insert_columns` sends only the columns that vary, one array each,
+and lets every other column take its model default once per statement — the same values a
+`save()` would write, because they come from the same fields (`Field.get_default`,
+`auto_now`/`auto_now_add`). On PostgreSQL that is one `INSERT … SELECT … FROM unnest(…)`;
+elsewhere (the SQLite demo) it falls back to `bulk_create`.
+"""
+
+import functools
+import uuid
+from collections.abc import Sequence
+from datetime import datetime
+
+from django.db import connection
+
+
+def insert_columns(model, columns: dict[str, Sequence], *, now: datetime) -> int:
+    """INSERT one `model` row per position of the `columns` lists (keyed by attname, all the
+    same length); every other field takes its default, `auto_now`/`auto_now_add` fields
+    `now`. A UUID primary key with a callable default gets a fresh random UUID per row.
+    Returns the rows inserted."""
+    lengths = {len(values) for values in columns.values()}
+    if len(lengths) != 1:
+        raise ValueError(f"columns of unequal length: {sorted(lengths)}")
+    (count,) = lengths
+    if not count:
+        return 0
+    names = tuple(columns)
+    unknown = set(names) - _attnames(model)
+    if unknown:
+        raise ValueError(f"{model.__name__} has no fields {sorted(unknown)}")
+    if connection.vendor != "postgresql":
+        model.objects.bulk_create(
+            model(**{name: columns[name][row] for name in names}) for row in range(count)
+        )
+        return count
+    sql, varying, constant = _statement(model, names, connection.vendor)
+    # The constants come first in the statement's text (its SELECT list), then the arrays.
+    params = [now if field is None else value for field, value in constant()]
+    params += [
+        [field.get_db_prep_save(value, connection) for value in columns[field.attname]]
+        for field in varying
+    ]
+    with connection.cursor() as cursor:
+        cursor.execute(sql, params)
+    return count
+
+
+@functools.cache
+def _attnames(model) -> frozenset[str]:
+    return frozenset(field.attname for field in model._meta.concrete_fields)
+
+
+@functools.cache
+def _statement(model, names: tuple[str, ...], vendor: str):
+    """The INSERT of `insert_columns` for these varying attnames, built once per process:
+    its SQL, the varying fields (in parameter order) and a function giving the constant
+    parameters (defaults are called per statement: a `list` default is a fresh list)."""
+    meta = model._meta
+    by_attname = {field.attname: field for field in meta.concrete_fields}
+    quote = connection.ops.quote_name
+    varying = [by_attname[name] for name in names]
+    targets, selected, constants = [], [], []
+    pk = meta.pk
+    if pk.attname not in names and pk.get_internal_type() == "UUIDField" and pk.has_default():
+        if pk.default is not uuid.uuid4:
+            raise ValueError(f"{model.__name__}'s primary key default is not uuid4")
+        targets.append(quote(pk.column))
+        selected.append("gen_random_uuid()")
+    for position, field in enumerate(varying):
+        targets.append(quote(field.column))
+        selected.append(f"v.c{position}")
+    for field in meta.concrete_fields:
+        if field.attname in names or field.primary_key:
+            continue
+        targets.append(quote(field.column))
+        selected.append(f"%s::{field.db_type(connection)}")
+        stamped = getattr(field, "auto_now", False) or getattr(field, "auto_now_add", False)
+        constants.append(None if stamped else field)
+    arrays = ", ".join(f"%s::{field.db_type(connection)}[]" for field in varying)
+    aliases = ", ".join(f"c{position}" for position in range(len(varying)))
+    sql = (
+        f"INSERT INTO {quote(meta.db_table)} ({', '.join(targets)}) "
+        f"SELECT {', '.join(selected)} FROM unnest({arrays}) AS v({aliases})"
+    )
+
+    def constant():
+        return [
+            (None, None)
+            if field is None
+            else (field, field.get_db_prep_save(field.get_default(), connection))
+            for field in constants
+        ]
+
+    return sql, varying, constant

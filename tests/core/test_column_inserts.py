@@ -1,0 +1,148 @@
+"""Rows written from columns (core/column_inserts.py) are the rows `bulk_create` writes from
+instances: every field not given takes its model default, the timestamps the given time."""
+
+from datetime import timedelta
+
+import pytest
+from django.db import connection
+from django.forms.models import model_to_dict
+from django.test.utils import CaptureQueriesContext
+from django.utils import timezone
+
+from agendas.models import OperationProgress
+from agendas.queue_models import ReadyAgenda
+from core.column_inserts import insert_columns
+
+pytestmark = pytest.mark.django_db
+
+SET_BY_THE_DATABASE = ("id", "created_at", "updated_at")
+
+
+def _fields(row) -> dict:
+    values = model_to_dict(row)
+    return {name: value for name, value in values.items() if name not in SET_BY_THE_DATABASE}
+
+
+def _operation_columns(progress, names: list[str]) -> dict[str, list]:
+    return {
+        "agenda_progress_id": [progress.pk] * len(names),
+        "customer_id": [progress.customer_id] * len(names),
+        "link_id": ["link-1"] * len(names),
+        "cid": ["cid-1"] * len(names),
+        "position": list(range(10, 10 + len(names))),
+        "name": names,
+        "type": ["noop"] * len(names),
+    }
+
+
+def test_operations_written_from_columns_equal_those_bulk_created_from_instances(
+    submitter, submit_agenda
+):
+    progress = submit_agenda(submitter).progress
+    now = timezone.now() - timedelta(minutes=5)
+
+    inserted = insert_columns(
+        OperationProgress, _operation_columns(progress, ["from-columns"]), now=now
+    )
+    columns = _operation_columns(progress, ["from-instances"])
+    OperationProgress.objects.bulk_create(
+        [OperationProgress(**{name: values[0] for name, values in columns.items()})]
+    )
+
+    assert inserted == 1
+    from_columns = OperationProgress.objects.get(agenda_progress=progress, name="from-columns")
+    from_instances = OperationProgress.objects.get(agenda_progress=progress, name="from-instances")
+    expected = _fields(from_instances) | {"name": "from-columns"}
+    assert _fields(from_columns) == expected
+    assert from_columns.state == OperationProgress.State.WAITING
+    assert from_columns.diagnostics == [] and from_columns.params == {}
+    assert from_columns.result is None and from_columns.definition is None
+    assert from_columns.created_at == from_columns.updated_at == now
+    assert from_columns.pk != from_instances.pk
+
+
+def test_each_row_gets_its_own_primary_key_and_its_own_values_in_order(submitter, submit_agenda):
+    progress = submit_agenda(submitter).progress
+
+    insert_columns(
+        OperationProgress, _operation_columns(progress, ["a", "b", "c"]), now=timezone.now()
+    )
+
+    rows = OperationProgress.objects.filter(agenda_progress=progress, position__gte=10)
+    assert sorted((row.position, row.name) for row in rows) == [(10, "a"), (11, "b"), (12, "c")]
+    assert len({row.pk for row in rows}) == 3
+
+
+def test_a_ready_row_written_from_columns_keeps_its_given_time(submitter, submit_agenda):
+    agenda = submit_agenda(submitter, do_not_run=True)  # pending: no ready row of its own
+    added_at = timezone.now() - timedelta(hours=1)
+
+    insert_columns(
+        ReadyAgenda,
+        {
+            "agenda_id": [agenda.pk],
+            "insight_id": [agenda.insight_id],
+            "customer_id": [agenda.customer_id],
+            "priority": [7],
+            "added_at": [added_at],
+        },
+        now=timezone.now(),
+    )
+
+    row = ReadyAgenda.objects.get(agenda=agenda)
+    assert (row.customer_id, row.priority, row.added_at) == (agenda.customer_id, 7, added_at)
+
+
+def test_no_rows_send_no_statement():
+    with CaptureQueriesContext(connection) as captured:
+        assert (
+            insert_columns(ReadyAgenda, {"agenda_id": [], "priority": []}, now=timezone.now()) == 0
+        )
+
+    assert captured.captured_queries == []
+
+
+def test_columns_of_unequal_length_are_refused_and_nothing_is_written(submitter, submit_agenda):
+    progress = submit_agenda(submitter).progress
+    before = OperationProgress.objects.count()
+    columns = _operation_columns(progress, ["a", "b"]) | {"type": ["noop"]}
+
+    with pytest.raises(ValueError, match="unequal length"):
+        insert_columns(OperationProgress, columns, now=timezone.now())
+
+    assert OperationProgress.objects.count() == before
+
+
+def test_a_field_the_model_does_not_have_is_refused_and_nothing_is_written(
+    submitter, submit_agenda
+):
+    progress = submit_agenda(submitter).progress
+    before = OperationProgress.objects.count()
+    columns = _operation_columns(progress, ["a"]) | {"colour": ["red"]}
+
+    with pytest.raises(ValueError, match="no fields"):
+        insert_columns(OperationProgress, columns, now=timezone.now())
+
+    assert OperationProgress.objects.count() == before
+
+
+def test_a_bulk_submits_progress_instances_are_the_rows_it_wrote(submitter, operations, insight):
+    from agendas.models import AgendaProgress
+    from agendas.services import agendas_submit_many
+
+    items = [{"operations": operations, "customer": submitter.customer}] * 3
+    items.append({"operations": operations, "customer": submitter.customer, "do_not_run": True})
+
+    agendas = agendas_submit_many(principal=submitter.user, items=items)
+
+    for agenda in agendas:
+        progress = agenda.progress
+        stored = AgendaProgress.objects.get(pk=progress.pk)
+        assert model_to_dict(progress) == model_to_dict(stored)
+        assert (progress.created_at, progress.updated_at) == (stored.created_at, stored.updated_at)
+        assert progress._state.adding is False
+    assert [agenda.progress.state for agenda in agendas] == ["ready"] * 3 + ["pending"]
+    progress = agendas[0].progress
+    progress.message = "saved again"
+    progress.save(update_fields=["message"])  # an instance the ORM knows is stored
+    assert AgendaProgress.objects.get(pk=progress.pk).message == "saved again"
