@@ -3,7 +3,7 @@ set-based INSERTs on its hot path (the operations of every new agenda, its ready
 
 `bulk_create` builds an instance per row and prepares every field of every row in Python
 (a bulk submit of 100 spent a tenth of the web's CPU in those two inserts: bench.profile, py-spy
-on gunicorn, 2026-11-27). `insert_columns` sends only the columns that vary, one array each,
+on gunicorn, 2026-11-26). `insert_columns` sends only the columns that vary, one array each,
 and lets every other column take its model default once per statement — the same values a
 `save()` would write, because they come from the same fields (`Field.get_default`,
 `auto_now`/`auto_now_add`). On PostgreSQL that is one `INSERT … SELECT … FROM unnest(…)`;
