@@ -21,6 +21,7 @@ from agendas.models import Agenda, AgendaProgress, AgendaTemplate, OperationProg
 from agendas.states.waits import AfterAsked, AfterResolver, after_check
 from agendas.validation import validate_agenda_options, validate_operations
 from audit.services import audit_record, audit_record_bulk
+from core.column_inserts import insert_instances
 from core.errors import validation_messages
 from resourcepools.mapping import InsightCandidate, accepted_operation_types, choose_insight
 from resourcepools.models import Customer, Membership
@@ -426,11 +427,12 @@ def agendas_submit_many(
         keyed = any(agenda.idempotency_key for agenda, _, _ in new)
         try:
             with transaction.atomic(savepoint=keyed):
-                Agenda.objects.bulk_create([agenda for agenda, _, _ in new])
+                now = timezone.now()
+                insert_instances(Agenda, [agenda for agenda, _, _ in new], now=now)
                 if afters:
-                    states.progresses_create_after(new, afters, now=timezone.now())
+                    states.progresses_create_after(new, afters, now=now)
                 else:
-                    states.progress_create_many(new, now=timezone.now())
+                    states.progress_create_many(new, now=now)
                 audit_record_bulk(action="agenda.submit_many", targets=[row for row, _, _ in new])
         except IntegrityError:
             # A concurrent submit took one of the keys after the plan read them: plan again,

@@ -50,6 +50,40 @@ def insert_columns(model, columns: dict[str, Sequence], *, now: datetime) -> int
     return count
 
 
+def insert_instances(model, instances: Sequence, *, now: datetime) -> None:
+    """`bulk_create` of new `instances` (primary keys set), written from columns: each
+    concrete field as the instance holds it, `auto_now`/`auto_now_add` fields `now`, on the
+    rows and on the instances, which are then known to be stored (`_state.adding` False)."""
+    if not instances:
+        return
+    if connection.vendor != "postgresql":
+        model.objects.bulk_create(instances)  # stamps the rows and the instances alike
+        return
+    stamped = _stamped(model)
+    insert_columns(
+        model,
+        {
+            field.attname: [getattr(instance, field.attname) for instance in instances]
+            for field in model._meta.concrete_fields
+            if field.attname not in stamped
+        },
+        now=now,
+    )
+    for instance in instances:
+        for attname in stamped:
+            setattr(instance, attname, now)
+        instance._state.adding, instance._state.db = False, connection.alias
+
+
+@functools.cache
+def _stamped(model) -> frozenset[str]:
+    return frozenset(
+        field.attname
+        for field in model._meta.concrete_fields
+        if getattr(field, "auto_now", False) or getattr(field, "auto_now_add", False)
+    )
+
+
 @functools.cache
 def _attnames(model) -> frozenset[str]:
     return frozenset(field.attname for field in model._meta.concrete_fields)
@@ -77,6 +111,8 @@ def _statement(model, names: tuple[str, ...], vendor: str):
     for field in meta.concrete_fields:
         if field.attname in names or field.primary_key:
             continue
+        if field.has_db_default() and not field.has_default():
+            continue  # the database's own default, as `save()` leaves it to the database
         targets.append(quote(field.column))
         selected.append(f"%s::{field.db_type(connection)}")
         stamped = getattr(field, "auto_now", False) or getattr(field, "auto_now_add", False)

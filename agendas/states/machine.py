@@ -11,7 +11,6 @@ from collections.abc import Callable, Iterable, Sequence
 from datetime import datetime, timedelta
 
 from django.conf import settings
-from django.db import connection
 from django.db.models import F, Value
 from django.db.models.functions import Coalesce
 from django.utils import timezone
@@ -23,7 +22,7 @@ from agendas.states.callback_outbox import callback_enqueue
 from agendas.states.lanes import lanes_charge, lanes_refund, lanes_wake
 from agendas.states.operations import OpState, operations_abort_unfinished
 from core.after_commit import after_commit
-from core.column_inserts import insert_columns
+from core.column_inserts import insert_columns, insert_instances
 from core.errors import InvalidTransition
 
 logger = logging.getLogger("pop.agendas")
@@ -92,16 +91,7 @@ def progress_create_many(
         _new_progress(agenda, run_after=run_after, do_not_run=do_not_run, now=now)
         for agenda, run_after, do_not_run in entries
     ]
-    # Written from columns, as `bulk_create` would write these instances (every other field
-    # is its default on both sides), without preparing every field of every row in Python.
-    insert_columns(
-        AgendaProgress,
-        {name: [getattr(progress, name) for progress in progresses] for name in _NEW_PROGRESS},
-        now=now,
-    )
-    for progress in progresses:
-        progress.created_at = progress.updated_at = now
-        progress._state.adding, progress._state.db = False, connection.alias
+    insert_instances(AgendaProgress, progresses, now=now)
     # The operations and ready rows too: no instance per row (the callers never see them);
     # the same values as `_new_operations` and a ReadyAgenda.
     operations = {
@@ -141,20 +131,6 @@ def progress_create_many(
     for progress in progresses:
         progress.agenda.progress = progress
     return progresses
-
-
-# The fields `_new_progress` sets; every other one keeps its default.
-_NEW_PROGRESS = (
-    "id",
-    "agenda_id",
-    "customer_id",
-    "link_id",
-    "cid",
-    "state",
-    "message",
-    "run_after",
-    "do_not_run",
-)
 
 
 def _new_progress(

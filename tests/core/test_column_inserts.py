@@ -146,3 +146,29 @@ def test_a_bulk_submits_progress_instances_are_the_rows_it_wrote(submitter, oper
     progress.message = "saved again"
     progress.save(update_fields=["message"])  # an instance the ORM knows is stored
     assert AgendaProgress.objects.get(pk=progress.pk).message == "saved again"
+
+
+def test_a_bulk_submits_agendas_are_the_rows_it_wrote(submitter, operations, insight):
+    from agendas.models import Agenda
+    from agendas.services import agendas_submit_many
+
+    items = [
+        {
+            "operations": operations,
+            "customer": submitter.customer,
+            "labels": {"batch": "7"},
+            "external_id": f"ext-{n}",
+            "priority": n,
+        }
+        for n in range(1, 4)
+    ]
+
+    agendas = agendas_submit_many(principal=submitter.user, items=items)
+
+    for agenda in agendas:
+        stored = Agenda.objects.get(pk=agenda.pk)
+        assert model_to_dict(agenda) == model_to_dict(stored)
+        assert (agenda.created_at, agenda.updated_at) == (stored.created_at, stored.updated_at)
+        assert agenda._state.adding is False
+    assert [stored.priority for stored in Agenda.objects.order_by("priority")] == [1, 2, 3]
+    assert Agenda.objects.get(external_id="ext-2").labels == {"batch": "7"}
