@@ -46,12 +46,7 @@ BUILT_TABLES = (
     "scheduling_callbackdelivery",
 )
 TABLES = (
-    "agendas_agenda",
-    "agendas_agendaprogress",
-    "agendas_operationprogress",
-    "agendas_execution",
-    "audit_auditevent",
-    "scheduling_callbackdelivery",
+    *BUILT_TABLES,
     "scheduling_readyagenda",
     "scheduling_customerlane",
     "resourcepools_customer",
