@@ -157,18 +157,24 @@ def run_shape(world: World, shape: str, rows: int, seconds: float) -> dict:
             process.join()
         done = sum(r[0] for r in results)
         elapsed = max(r[2] for r in results) - min(r[1] for r in results)
-        with psycopg.connect(dsn(dbname)) as conn:
-            succeeded = conn.execute(
-                "SELECT count(*) FROM agendas_agendaprogress WHERE state = 'succeeded'"
-            ).fetchone()[0]
-        problem = ""
-        if pulled_twice(dbname):
-            problem = "an agenda was pulled twice in one attempt"
-        elif succeeded != done or any(r[3] for r in results):
-            problem = f"succeeded {succeeded} of {done} pulled"
+        problem = outcome_problem(dbname, done, refused=any(r[3] for r in results))
     finally:
         drop_database(dbname)
     return {"done": done, "seconds": elapsed, "rate": done / elapsed, "problem": problem}
+
+
+def outcome_problem(dbname: str, done: int, *, refused: bool) -> str:
+    """Why a sketch run is not valid ("" when it is): an agenda pulled twice in one attempt,
+    a report refused, or succeeded agendas that are not the ones the workers counted."""
+    with psycopg.connect(dsn(dbname)) as conn:
+        succeeded = conn.execute(
+            "SELECT count(*) FROM agendas_agendaprogress WHERE state = 'succeeded'"
+        ).fetchone()[0]
+    if pulled_twice(dbname):
+        return "an agenda was pulled twice in one attempt"
+    if succeeded != done or refused:
+        return f"succeeded {succeeded} of {done} pulled"
+    return ""
 
 
 def run(*, quick: bool, limit: PhaseResult | None = None) -> PhaseResult:

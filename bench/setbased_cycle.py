@@ -45,8 +45,7 @@ from bench.common import (
     phase_main,
     say,
 )
-from bench.outcomes import pulled_twice
-from bench.setbased import OPERATIONS, PULL, REPORT
+from bench.setbased import OPERATIONS, PULL, REPORT, outcome_problem
 
 BASE_DB = "pop_bench_setbased_cycle"
 PROCESSES = 2
@@ -245,15 +244,7 @@ def _measure(world, seconds: float) -> dict:
     pg = cpu_seconds({})["postgresql"] - before
     done = sum(r[0] for r in results)
     elapsed = max(r[2] for r in results) - min(r[1] for r in results)
-    with psycopg.connect(dsn(BASE_DB)) as conn:
-        succeeded = conn.execute(
-            "SELECT count(*) FROM agendas_agendaprogress WHERE state = 'succeeded'"
-        ).fetchone()[0]
-    problem = ""
-    if pulled_twice(BASE_DB):
-        problem = "an agenda was pulled twice in one attempt"
-    elif succeeded != done or any(r[3] for r in results):
-        problem = f"succeeded {succeeded} of {done} reported"
+    problem = outcome_problem(BASE_DB, done, refused=any(r[3] for r in results))
     return {
         "done": done,
         "seconds": elapsed,
