@@ -24,6 +24,8 @@ def insert_columns(model, columns: dict[str, Sequence], *, now: datetime) -> int
     `now`. A UUID primary key with a callable default gets a fresh random UUID per row.
     Returns the rows inserted."""
     lengths = {len(values) for values in columns.values()}
+    if not lengths:
+        return 0  # no columns: no rows
     if len(lengths) != 1:
         raise ValueError(f"columns of unequal length: {sorted(lengths)}")
     (count,) = lengths
@@ -75,6 +77,13 @@ def insert_instances(model, instances: Sequence, *, now: datetime) -> None:
         instance._state.adding, instance._state.db = False, connection.alias
 
 
+def _unbounded_type(field) -> str:
+    """The field's column type without its length (`varchar(100)` → `varchar`): an explicit
+    cast to `varchar(100)` cuts a longer value short, where the INSERT into the column refuses
+    it, as `bulk_create`'s does."""
+    return field.db_type(connection).split("(")[0]
+
+
 @functools.cache
 def _stamped(model) -> frozenset[str]:
     return frozenset(
@@ -114,10 +123,10 @@ def _statement(model, names: tuple[str, ...], vendor: str):
         if field.has_db_default() and not field.has_default():
             continue  # the database's own default, as `save()` leaves it to the database
         targets.append(quote(field.column))
-        selected.append(f"%s::{field.db_type(connection)}")
+        selected.append(f"%s::{_unbounded_type(field)}")
         stamped = getattr(field, "auto_now", False) or getattr(field, "auto_now_add", False)
         constants.append(None if stamped else field)
-    arrays = ", ".join(f"%s::{field.db_type(connection)}[]" for field in varying)
+    arrays = ", ".join(f"%s::{_unbounded_type(field)}[]" for field in varying)
     aliases = ", ".join(f"c{position}" for position in range(len(varying)))
     sql = (
         f"INSERT INTO {quote(meta.db_table)} ({', '.join(targets)}) "

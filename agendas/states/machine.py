@@ -92,27 +92,12 @@ def progress_create_many(
         for agenda, run_after, do_not_run in entries
     ]
     insert_instances(AgendaProgress, progresses, now=now)
-    # The operations and ready rows too: no instance per row (the callers never see them);
-    # the same values as `_new_operations` and a ReadyAgenda.
-    operations = {
-        "agenda_progress_id": [],
-        "customer_id": [],
-        "link_id": [],
-        "cid": [],
-        "position": [],
-        "name": [],
-        "type": [],
-    }
+    # The operations and ready rows too: no instance per row (the callers never see them).
+    operations: dict[str, list] = {}
     for progress in progresses:
-        agenda = progress.agenda
-        for index, operation in enumerate(agenda.operations):
-            operations["agenda_progress_id"].append(progress.pk)
-            operations["customer_id"].append(agenda.customer_id)
-            operations["link_id"].append(agenda.link_id)
-            operations["cid"].append(agenda.cid)
-            operations["position"].append(index)
-            operations["name"].append(operation["name"])
-            operations["type"].append(operation["type"])
+        for values in _new_operation_values(progress, progress.agenda):
+            for attname, value in values.items():
+                operations.setdefault(attname, []).append(value)
     insert_columns(OperationProgress, operations, now=now)
     ready = [progress.agenda for progress in progresses if progress.state == S.READY]
     insert_columns(
@@ -151,17 +136,22 @@ def _new_progress(
 
 
 def _new_operations(progress: AgendaProgress, agenda: Agenda) -> list[OperationProgress]:
+    return [OperationProgress(**values) for values in _new_operation_values(progress, agenda)]
+
+
+def _new_operation_values(progress: AgendaProgress, agenda: Agenda) -> list[dict[str, object]]:
+    """The fields of a new agenda's operation rows, one dict per operation, by attname."""
     return [
-        OperationProgress(
-            agenda_progress=progress,
-            customer_id=agenda.customer_id,
-            link_id=agenda.link_id,
-            cid=agenda.cid,
-            position=index,
-            name=operation["name"],
-            type=operation["type"],
-            state=OpState.WAITING,
-        )
+        {
+            "agenda_progress_id": progress.pk,
+            "customer_id": agenda.customer_id,
+            "link_id": agenda.link_id,
+            "cid": agenda.cid,
+            "position": index,
+            "name": operation["name"],
+            "type": operation["type"],
+            "state": OpState.WAITING,
+        }
         for index, operation in enumerate(agenda.operations)
     ]
 

@@ -172,3 +172,32 @@ def test_a_bulk_submits_agendas_are_the_rows_it_wrote(submitter, operations, ins
         assert agenda._state.adding is False
     assert [stored.priority for stored in Agenda.objects.order_by("priority")] == [1, 2, 3]
     assert Agenda.objects.get(external_id="ext-2").labels == {"batch": "7"}
+
+
+def test_a_value_longer_than_its_column_is_refused_not_cut_short(submitter, submit_agenda):
+    from django.db import DataError, transaction
+
+    progress = submit_agenda(submitter).progress
+    before = OperationProgress.objects.count()
+
+    with pytest.raises(DataError), transaction.atomic():
+        insert_columns(
+            OperationProgress, _operation_columns(progress, ["n" * 101]), now=timezone.now()
+        )
+
+    assert OperationProgress.objects.count() == before
+
+
+def test_a_bulk_submit_whose_every_item_fails_writes_nothing_and_answers_each(submitter, insight):
+    from agendas.models import Agenda
+    from agendas.services import agendas_submit_many
+
+    results = agendas_submit_many(
+        principal=submitter.user,
+        items=[
+            {"operations": [{"name": "x", "type": "no-such-type"}], "customer": submitter.customer}
+        ],
+    )
+
+    assert isinstance(results[0], dict)
+    assert not Agenda.objects.exists()
