@@ -4,6 +4,8 @@ PYTHON ?= python3
 VENV := .venv
 PY := $(VENV)/bin/python
 TEST_DATABASE_URL ?= postgres://postgres@127.0.0.1:5432/pop
+# pytest-xdist processes for `make test`, each on its own test database (0: one process).
+TEST_WORKERS ?= 2
 
 .PHONY: run test venv lint format bench cluster-demo clean
 
@@ -20,11 +22,12 @@ venv: $(VENV)/.installed
 run: venv
 	./scripts/run-demo.sh
 
-## The whole suite against PostgreSQL (DATABASE_URL, default $(TEST_DATABASE_URL)).
+## The whole suite against PostgreSQL (DATABASE_URL, default $(TEST_DATABASE_URL)),
+## in TEST_WORKERS processes.
 test: venv
 	DATABASE_URL=$${DATABASE_URL:-$(TEST_DATABASE_URL)} $(PY) scripts/check_database.py
 	DATABASE_URL=$${DATABASE_URL:-$(TEST_DATABASE_URL)} SECRET_KEY=test-secret \
-		$(PY) -m pytest $(PYTEST_ARGS)
+		$(PY) -m pytest -n $(TEST_WORKERS) $(PYTEST_ARGS)
 
 lint: venv
 	$(VENV)/bin/ruff check .

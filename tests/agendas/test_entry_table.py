@@ -24,7 +24,7 @@ COMPARED = [
     "current_execution_id",
     "run_after",
 ]
-PAIRS = [(source, target) for source, targets in ALLOWED.items() for target in targets]
+PAIRS = [(source, target) for source, targets in ALLOWED.items() for target in sorted(targets)]
 
 
 def _locked(agenda):

@@ -34,7 +34,9 @@ def _reach(agenda, state: str) -> AgendaProgress:
     return AgendaProgress.objects.get(agenda=agenda)
 
 
-ALLOWED_PAIRS = [(source, target) for source, targets in ALLOWED.items() for target in targets]
+ALLOWED_PAIRS = [
+    (source, target) for source, targets in ALLOWED.items() for target in sorted(targets)
+]
 FORBIDDEN_PAIRS = [
     (S.READY, S.SUCCEEDED),
     (S.READY, S.EXECUTING),

@@ -1,10 +1,11 @@
 """A private PostgreSQL server for the fault-injection suite, from the machine's binaries.
 
-`initdb` into a temporary directory, served on its own port (55440–55449) and its own socket
-directory, so the suite can stop, restart and squeeze it without touching the server the rest
-of the suite uses. Run as the `postgres` user when the tests run as root (initdb refuses root).
-POP connects as `pop`, an ordinary role: `superuser_reserved_connections` then keep a slot
-for the suite's own checks when the server is full.
+`initdb` into a temporary directory, served on its own port (55440–55479; ten per pytest-xdist
+process) and its own socket directory, so the suite can stop, restart and squeeze it without
+touching the server the rest of the suite uses. Run as the `postgres` user when the tests run
+as root (initdb refuses root). POP connects as `pop`, an ordinary role:
+`superuser_reserved_connections` then keep a slot for the suite's own checks when the server
+is full.
 """
 
 from __future__ import annotations
@@ -21,7 +22,17 @@ from pathlib import Path
 
 import psycopg
 
-PORTS = range(55440, 55450)
+PORTS_PER_PROCESS = 10
+
+
+def _ports() -> range:
+    """This process's ten ports: 55440–55449 alone or for xdist's gw0, 55450–55459 for gw1…,
+    so two test processes starting a private PostgreSQL at once never pick the same one."""
+    worker = os.environ.get("PYTEST_XDIST_WORKER", "gw0").removeprefix("gw")
+    first = 55440 + (int(worker) % 4 if worker.isdigit() else 0) * PORTS_PER_PROCESS
+    return range(first, first + PORTS_PER_PROCESS)
+
+
 ROLE = "pop"
 
 
@@ -35,14 +46,15 @@ def binaries() -> Path | None:
 
 
 def _free_port() -> int:
-    for port in PORTS:
+    ports = _ports()
+    for port in ports:
         with socket.socket() as probe:
             try:
                 probe.bind(("127.0.0.1", port))
             except OSError:
                 continue
             return port
-    raise RuntimeError(f"no free port in {PORTS.start}-{PORTS.stop - 1} for a private PostgreSQL")
+    raise RuntimeError(f"no free port in {ports.start}-{ports.stop - 1} for a private PostgreSQL")
 
 
 class PrivatePostgres:
