@@ -15,6 +15,7 @@ history of others.
 from __future__ import annotations
 
 import time
+from concurrent.futures import ThreadPoolExecutor
 
 import psycopg
 
@@ -36,6 +37,7 @@ EXPIRED_SHARE = 0.1  # on top of the year: agendas 366-396 days old, reaped at t
 # others, which it must not touch.
 SMALL_OWN = 220
 CHUNK = 100_000
+BUILDERS = 2  # connections building the history at once
 # The tables build_history writes, whose secondary indexes are built after the rows.
 BUILT_TABLES = (
     "agendas_agenda",
@@ -62,137 +64,173 @@ def build_history(
     expired = int(total * EXPIRED_SHARE)
     everything = total + expired
     every = everything // SMALL_OWN
+    shape = {
+        "big": big,
+        "small": small,
+        "n_small": len(small),
+        "measured": measured,
+        "every": every,
+        "expired": max(expired, 1),
+        "everything": everything,
+        "total": total,
+        "insight_id": insight_id,
+        "template_id": template_id,
+    }
     with psycopg.connect(dsn(dbname)) as conn:
-        # The rows are consistent by construction: no foreign-key trigger checks them one by one
-        # (the bench runs as the superuser), and the secondary indexes are built once at the end
-        # rather than kept up row by row — together a third of the build's time.
-        conn.execute("SET session_replication_role = replica")
-        conn.execute("SET maintenance_work_mem = '256MB'")
         rebuild = drop_secondary_indexes(conn, BUILT_TABLES)
-        for first in range(0, everything, CHUNK):
-            last = min(first + CHUNK, everything) - 1
-            conn.execute(
-                """
-                CREATE TEMP TABLE bench_new ON COMMIT DROP AS
-                SELECT g, gen_random_uuid() AS id, gen_random_uuid() AS progress_id,
-                    gen_random_uuid() AS execution_id, gen_random_uuid() AS first_execution_id,
-                    CASE WHEN g %% %(every)s = (g / %(every)s) %% %(every)s THEN %(measured)s::uuid
-                         WHEN g %% 10 < 6 THEN (%(big)s::uuid[])[1 + g %% 3]
-                         ELSE (%(small)s::uuid[])[1 + g %% %(n_small)s] END AS customer_id,
-                    now() - CASE
-                        WHEN g < %(expired)s
-                        THEN interval '366 days' + (%(expired)s - g) * interval '30 days'
-                             / %(expired)s
-                        ELSE (%(everything)s - 1 - g) * interval '365 days' / %(total)s
-                    END AS created,
-                    CASE WHEN g %% 100 < 85 THEN 'succeeded' WHEN g %% 100 < 97 THEN 'failed'
-                         ELSE 'aborted' END AS state,
-                    (g / 10) %% 10 = 3 AS retried
-                FROM generate_series(%(first)s::int, %(last)s::int) g
-                """,
-                {
-                    "big": big,
-                    "small": small,
-                    "n_small": len(small),
-                    "measured": measured,
-                    "every": every,
-                    "expired": max(expired, 1),
-                    "everything": everything,
-                    "total": total,
-                    "first": first,
-                    "last": last,
-                },
-            )
-            conn.execute("ALTER TABLE bench_new ADD COLUMN done timestamptz")
-            conn.execute(
-                "UPDATE bench_new SET done = created + (g % 300 + 1) * interval '1 second'"
-            )
-            conn.execute(
-                """
-                INSERT INTO agendas_agenda (id, link_id, cid, created_at, updated_at, customer_id,
-                    insight_id, template_id, operations, params, priority, max_attempts,
-                    retry_delay_seconds, callback_url, external_id, idempotency_key, labels)
-                SELECT id, 'link-' || (g / 100), 'bench', created, done, customer_id, %s,
-                    CASE WHEN g %% 20 = 0 THEN %s::uuid END,
-                    '[{"name": "a", "type": "noop"}, {"name": "b", "type": "noop"},
-                      {"name": "c", "type": "noop"}]'::jsonb,
-                    '{}'::jsonb, 5, 3, 0, '', 'ext-' || g, '',
-                    CASE WHEN g %% 10 = 0 THEN jsonb_build_object('batch', (g / 1000)::text)
-                         ELSE '{}'::jsonb END
-                FROM bench_new
-                """,
-                [insight_id, template_id],
-            )
-            conn.execute(
-                """
-                INSERT INTO agendas_execution (id, agenda_id, customer_id, link_id, cid, number,
-                    insight_id, worker, pull_request, lease_token, lease_expires_at, started_at,
-                    last_report_at, ended_at, outcome, diagnostics, created_at, updated_at)
-                SELECT first_execution_id, id, customer_id, 'link-' || (g / 100), 'bench', 1,
-                    %s::uuid, 'w1', '', gen_random_uuid(), created, created, created, created,
-                    'failed', '[]'::jsonb, created, created
-                FROM bench_new WHERE retried
-                UNION ALL
-                SELECT execution_id, id, customer_id, 'link-' || (g / 100), 'bench',
-                    CASE WHEN retried THEN 2 ELSE 1 END, %s::uuid, 'w1', '', gen_random_uuid(),
-                    done, created, done, done, state, '[]'::jsonb, created, done
-                FROM bench_new
-                """,
-                [insight_id, insight_id],
-            )
-            conn.execute(
-                """
-                INSERT INTO agendas_agendaprogress (id, link_id, cid, created_at, updated_at,
-                    agenda_id, customer_id, state, message, percent_complete, attempts_completed,
-                    attempts_started, do_not_run, abort_requested, pause_requested, pause_now,
-                    diagnostics, started_at, completed_at, current_execution_id)
-                SELECT progress_id, 'link-' || (g / 100), 'bench', created, done, id,
-                    customer_id, state, '', 100, CASE WHEN retried THEN 2 ELSE 1 END,
-                    CASE WHEN retried THEN 2 ELSE 1 END, false, false, false, false,
-                    '[]'::jsonb, created, done, execution_id
-                FROM bench_new
-                """
-            )
-            conn.execute(
-                """
-                INSERT INTO agendas_operationprogress (id, agenda_progress_id, customer_id,
-                    link_id, cid, position, name, type, state, message, percent_complete,
-                    attempt_count, result, params, diagnostics, is_generated, started_at,
-                    completed_at, created_at, updated_at)
-                SELECT gen_random_uuid(), progress_id, customer_id, 'link-' || (g / 100),
-                    'bench', o.position, o.name, 'noop',
-                    CASE WHEN state = 'succeeded' OR o.position = 0 THEN 'succeeded'
-                         WHEN o.position = 1 THEN state ELSE 'waiting' END,
-                    '', 100, 1, '1'::jsonb, '{}'::jsonb, '[]'::jsonb, false, created, done,
-                    created, done
-                FROM bench_new, (VALUES (0, 'a'), (1, 'b'), (2, 'c')) AS o(position, name)
-                """
-            )
-            conn.execute(
-                """
-                INSERT INTO audit_auditevent (id, created_at, customer_id, user_id, username,
-                    token_name, action, target_type, target_id, detail, cid)
-                SELECT gen_random_uuid(), done, customer_id, NULL, 'bench', '', 'agenda.rerun',
-                    'agendas.agenda', id::text, '{}'::jsonb, 'bench'
-                FROM bench_new WHERE g % 10 = 5
-                """
-            )
-            conn.execute(
-                """
-                INSERT INTO scheduling_callbackdelivery (agenda_id, customer_id, link_id, cid,
-                    url, event, body, attempts, next_attempt_at, status, last_status_code,
-                    last_error, delivered_at, created_at, updated_at)
-                SELECT id, customer_id, 'link-' || (g / 100), 'bench',
-                    'https://callbacks.example/pop', state, '{}'::jsonb, 1, done, 'delivered',
-                    200, '', done, done, done
-                FROM bench_new WHERE g % 10 = 1
-                """
-            )
-            conn.commit()
-        for statement in rebuild:
+    # Chunks are independent and PostgreSQL does the work: BUILDERS connections, each its
+    # own chunks (one backend per core), then the indexes shared out the same way.
+    chunks = [(first, min(first + CHUNK, everything) - 1) for first in range(0, everything, CHUNK)]
+    with ThreadPoolExecutor(BUILDERS) as pool:
+        list(pool.map(lambda n: _build_chunks(dbname, chunks[n::BUILDERS], shape), range(BUILDERS)))
+        list(pool.map(lambda n: _run_each(dbname, rebuild[n::BUILDERS]), range(BUILDERS)))
+    return everything
+
+
+def _session(dbname: str) -> psycopg.Connection:
+    conn = psycopg.connect(dsn(dbname))
+    # The rows are consistent by construction: no foreign-key trigger checks them one by one
+    # (the bench runs as the superuser), and the secondary indexes are built once at the end
+    # rather than kept up row by row — together a third of the build's time.
+    conn.execute("SET session_replication_role = replica")
+    conn.execute("SET maintenance_work_mem = '256MB'")
+    return conn
+
+
+def _run_each(dbname: str, statements: list[str]) -> None:
+    with _session(dbname) as conn:
+        for statement in statements:
             conn.execute(statement)
         conn.commit()
-    return everything
+
+
+def _build_chunks(dbname: str, chunks: list[tuple[int, int]], shape: dict) -> None:
+    with _session(dbname) as conn:
+        for first, last in chunks:
+            _build_chunk(conn, first, last, shape)
+
+
+def _build_chunk(conn: psycopg.Connection, first: int, last: int, shape: dict) -> None:
+    """Agendas `first`..`last` (of the build's numbering) and their rows, in one transaction."""
+    big, small, measured = shape["big"], shape["small"], shape["measured"]
+    every, expired, everything = shape["every"], shape["expired"], shape["everything"]
+    total, insight_id, template_id = shape["total"], shape["insight_id"], shape["template_id"]
+    conn.execute(
+        """
+        CREATE TEMP TABLE bench_new ON COMMIT DROP AS
+        SELECT g, gen_random_uuid() AS id, gen_random_uuid() AS progress_id,
+            gen_random_uuid() AS execution_id, gen_random_uuid() AS first_execution_id,
+            CASE WHEN g %% %(every)s = (g / %(every)s) %% %(every)s THEN %(measured)s::uuid
+                 WHEN g %% 10 < 6 THEN (%(big)s::uuid[])[1 + g %% 3]
+                 ELSE (%(small)s::uuid[])[1 + g %% %(n_small)s] END AS customer_id,
+            now() - CASE
+                WHEN g < %(expired)s
+                THEN interval '366 days' + (%(expired)s - g) * interval '30 days'
+                     / %(expired)s
+                ELSE (%(everything)s - 1 - g) * interval '365 days' / %(total)s
+            END AS created,
+            CASE WHEN g %% 100 < 85 THEN 'succeeded' WHEN g %% 100 < 97 THEN 'failed'
+                 ELSE 'aborted' END AS state,
+            (g / 10) %% 10 = 3 AS retried
+        FROM generate_series(%(first)s::int, %(last)s::int) g
+        """,
+        {
+            "big": big,
+            "small": small,
+            "n_small": len(small),
+            "measured": measured,
+            "every": every,
+            "expired": max(expired, 1),
+            "everything": everything,
+            "total": total,
+            "first": first,
+            "last": last,
+        },
+    )
+    conn.execute("ALTER TABLE bench_new ADD COLUMN done timestamptz")
+    conn.execute("UPDATE bench_new SET done = created + (g % 300 + 1) * interval '1 second'")
+    conn.execute(
+        """
+        INSERT INTO agendas_agenda (id, link_id, cid, created_at, updated_at, customer_id,
+            insight_id, template_id, operations, params, priority, max_attempts,
+            retry_delay_seconds, callback_url, external_id, idempotency_key, labels)
+        SELECT id, 'link-' || (g / 100), 'bench', created, done, customer_id, %s,
+            CASE WHEN g %% 20 = 0 THEN %s::uuid END,
+            '[{"name": "a", "type": "noop"}, {"name": "b", "type": "noop"},
+              {"name": "c", "type": "noop"}]'::jsonb,
+            '{}'::jsonb, 5, 3, 0, '', 'ext-' || g, '',
+            CASE WHEN g %% 10 = 0 THEN jsonb_build_object('batch', (g / 1000)::text)
+                 ELSE '{}'::jsonb END
+        FROM bench_new
+        """,
+        [insight_id, template_id],
+    )
+    conn.execute(
+        """
+        INSERT INTO agendas_execution (id, agenda_id, customer_id, link_id, cid, number,
+            insight_id, worker, pull_request, lease_token, lease_expires_at, started_at,
+            last_report_at, ended_at, outcome, diagnostics, created_at, updated_at)
+        SELECT first_execution_id, id, customer_id, 'link-' || (g / 100), 'bench', 1,
+            %s::uuid, 'w1', '', gen_random_uuid(), created, created, created, created,
+            'failed', '[]'::jsonb, created, created
+        FROM bench_new WHERE retried
+        UNION ALL
+        SELECT execution_id, id, customer_id, 'link-' || (g / 100), 'bench',
+            CASE WHEN retried THEN 2 ELSE 1 END, %s::uuid, 'w1', '', gen_random_uuid(),
+            done, created, done, done, state, '[]'::jsonb, created, done
+        FROM bench_new
+        """,
+        [insight_id, insight_id],
+    )
+    conn.execute(
+        """
+        INSERT INTO agendas_agendaprogress (id, link_id, cid, created_at, updated_at,
+            agenda_id, customer_id, state, message, percent_complete, attempts_completed,
+            attempts_started, do_not_run, abort_requested, pause_requested, pause_now,
+            diagnostics, started_at, completed_at, current_execution_id)
+        SELECT progress_id, 'link-' || (g / 100), 'bench', created, done, id,
+            customer_id, state, '', 100, CASE WHEN retried THEN 2 ELSE 1 END,
+            CASE WHEN retried THEN 2 ELSE 1 END, false, false, false, false,
+            '[]'::jsonb, created, done, execution_id
+        FROM bench_new
+        """
+    )
+    conn.execute(
+        """
+        INSERT INTO agendas_operationprogress (id, agenda_progress_id, customer_id,
+            link_id, cid, position, name, type, state, message, percent_complete,
+            attempt_count, result, params, diagnostics, is_generated, started_at,
+            completed_at, created_at, updated_at)
+        SELECT gen_random_uuid(), progress_id, customer_id, 'link-' || (g / 100),
+            'bench', o.position, o.name, 'noop',
+            CASE WHEN state = 'succeeded' OR o.position = 0 THEN 'succeeded'
+                 WHEN o.position = 1 THEN state ELSE 'waiting' END,
+            '', 100, 1, '1'::jsonb, '{}'::jsonb, '[]'::jsonb, false, created, done,
+            created, done
+        FROM bench_new, (VALUES (0, 'a'), (1, 'b'), (2, 'c')) AS o(position, name)
+        """
+    )
+    conn.execute(
+        """
+        INSERT INTO audit_auditevent (id, created_at, customer_id, user_id, username,
+            token_name, action, target_type, target_id, detail, cid)
+        SELECT gen_random_uuid(), done, customer_id, NULL, 'bench', '', 'agenda.rerun',
+            'agendas.agenda', id::text, '{}'::jsonb, 'bench'
+        FROM bench_new WHERE g % 10 = 5
+        """
+    )
+    conn.execute(
+        """
+        INSERT INTO scheduling_callbackdelivery (agenda_id, customer_id, link_id, cid,
+            url, event, body, attempts, next_attempt_at, status, last_status_code,
+            last_error, delivered_at, created_at, updated_at)
+        SELECT id, customer_id, 'link-' || (g / 100), 'bench',
+            'https://callbacks.example/pop', state, '{}'::jsonb, 1, done, 'delivered',
+            200, '', done, done, done
+        FROM bench_new WHERE g % 10 = 1
+        """
+    )
+    conn.commit()
 
 
 def drop_secondary_indexes(conn, tables) -> list[str]:
