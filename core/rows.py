@@ -46,17 +46,20 @@ class RowLoader:
             if found:
                 self.converters.append((position, column, found))
         self.direct = _builds_plainly(model, self.attnames)
+        # `connection` is a proxy whose every attribute is a look-up in a context-local
+        # mapping: the alias is read once here, not at every row (it never changes).
+        self.alias = connection.alias
 
     def load(self, values: list):
         for position, column, converters in self.converters:
             for converter in converters:
                 values[position] = converter(values[position], column, connection)
         if not self.direct:
-            return self.model.from_db(connection.alias, self.attnames, values)
+            return self.model.from_db(self.alias, self.attnames, values)
         instance = self.model.__new__(self.model)
         instance.__dict__.update(zip(self.attnames, values, strict=True))
         state = instance._state = ModelState()
-        state.adding, state.db = False, connection.alias
+        state.adding, state.db = False, self.alias
         return instance
 
 

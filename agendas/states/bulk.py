@@ -3,13 +3,10 @@ queueing, promotion of due agendas, closing executions, and the batch report's c
 Each leaves every row exactly as the one-by-one path in `machine` would.
 """
 
-import functools
 from collections.abc import Iterable, Mapping
 from datetime import datetime
 
-from django.db import connection
 from django.db.models import Case, Exists, OuterRef, TextField, Value, When
-from django.utils import timezone
 
 from agendas.fill_nudge import fill_nudge
 from agendas.models import AgendaProgress, AgendaWait, Execution, OperationProgress
@@ -27,6 +24,7 @@ from agendas.states.machine import (
     entry_update,
 )
 from agendas.states.operations import OpState, operation_apply_item
+from core.column_updates import update_instances
 
 # --- Set-based forms for the hot paths -------------------------------------
 
@@ -230,7 +228,7 @@ def operations_apply_reports(
             operation = operations[item["name"]]
             if operation_apply_item(operation, item, now=now):
                 changed[operation.pk] = operation
-    _update_from_values(OperationProgress, list(changed.values()), _REPORT_OPERATION_COLUMNS)
+    update_instances(OperationProgress, list(changed.values()), _REPORT_OPERATION_COLUMNS)
     return list(changed.values())
 
 
@@ -255,12 +253,12 @@ def executions_report_many(
         progress.attempts_completed += 1
         progress.percent_complete = 100.0
         _progress_enter(progress, S.SUCCEEDED, message=message or "succeeded", now=now)
-    _update_from_values(
+    update_instances(
         Execution,
         [execution for _, execution, _ in renewed] + [execution for _, execution, _ in succeeded],
         _REPORT_EXECUTION_COLUMNS,
     )
-    _update_from_values(
+    update_instances(
         AgendaProgress,
         [progress for progress, _, changed in renewed if changed]
         + [progress for progress, _, _ in succeeded],
@@ -274,40 +272,3 @@ def executions_report_many(
             hook([progress for progress, _, _ in succeeded], S.SUCCEEDED, False, now)
     # Last, so the lane rows (which fills skip while they are locked) are held only until commit.
     lanes_charge([execution for _, execution, _ in succeeded], now=now)
-
-
-def _update_from_values(model, rows: list, attnames: tuple[str, ...], *, chunk: int = 1000) -> None:
-    """UPDATE `model` rows to their instances' values of `attnames` (and a fresh `updated_at`,
-    as `save()` would set it) with `UPDATE … FROM (VALUES …)`, `chunk` rows a statement."""
-    if not rows:
-        return
-    stamp = timezone.now()
-    for row in rows:
-        row.updated_at = stamp
-    fields, update, row_sql, alias = _values_update(model, attnames, connection.vendor)
-    with connection.cursor() as cursor:
-        for start in range(0, len(rows), chunk):
-            part = rows[start : start + chunk]
-            params = [
-                field.get_db_prep_save(getattr(row, field.attname), connection)
-                for row in part
-                for field in fields
-            ]
-            cursor.execute(
-                f"{update} FROM (VALUES {', '.join([row_sql] * len(part))}) {alias}", params
-            )
-
-
-@functools.cache
-def _values_update(model, attnames: tuple[str, ...], vendor: str) -> tuple[list, str, str, str]:
-    """The fields, the UPDATE … SET head, one VALUES row and the alias-and-join tail of
-    `_update_from_values`' statement: built once per process, not on every report."""
-    by_attname = {field.attname: field for field in model._meta.concrete_fields}
-    fields = [model._meta.pk, *(by_attname[name] for name in (*attnames, "updated_at"))]
-    quote = connection.ops.quote_name
-    row_sql = "(" + ", ".join(f"%s::{field.db_type(connection)}" for field in fields) + ")"
-    names = ", ".join(quote(field.column) for field in fields)
-    assignments = ", ".join(f"{quote(f.column)} = v.{quote(f.column)}" for f in fields[1:])
-    pk = quote(model._meta.pk.column)
-    update = f"UPDATE {quote(model._meta.db_table)} AS t SET {assignments}"
-    return fields, update, row_sql, f"AS v({names}) WHERE t.{pk} = v.{pk}"

@@ -1,0 +1,170 @@
+"""Rows updated from columns (core/column_updates.py) end as `save(update_fields=…)` leaves
+them, in one statement whose text and parameter count do not depend on the rows; and the
+values handed on without Django's preparation (`column_values`) are the ones it would send."""
+
+import uuid
+from datetime import UTC, datetime, timedelta
+
+import pytest
+from django.db import DataError, connection, models, transaction
+from django.forms.models import model_to_dict
+from django.test.utils import CaptureQueriesContext
+from django.utils import timezone
+
+from agendas.models import AgendaProgress, Execution, OperationProgress
+from core.column_inserts import column_values
+from core.column_updates import update_instances
+
+pytestmark = pytest.mark.django_db
+
+OPERATION_COLUMNS = ("state", "percent_complete", "message", "result", "params", "diagnostics")
+
+
+def _operations(submitter, submit_agenda, count: int) -> list[OperationProgress]:
+    found = []
+    for _ in range(count):
+        progress = submit_agenda(submitter).progress
+        found += list(OperationProgress.objects.filter(agenda_progress=progress))
+    return found
+
+
+def _changed(operation: OperationProgress, n: int) -> None:
+    operation.state = OperationProgress.State.SUCCEEDED
+    operation.percent_complete = 50.0 + n
+    operation.message = f"step {n} — ünïcode"
+    operation.result = {"frames": n, "nested": [None, True, 1.5]} if n % 2 else None
+    operation.params = {"resume": n}
+    operation.diagnostics = [{"message": "fine", "detail": None}]
+
+
+def _stored(operation) -> dict:
+    return model_to_dict(type(operation).objects.get(pk=operation.pk))
+
+
+def test_rows_updated_from_columns_equal_the_rows_save_writes(submitter, submit_agenda):
+    by_columns = _operations(submitter, submit_agenda, 2)
+    by_save = _operations(submitter, submit_agenda, 2)
+    for n, (one, other) in enumerate(zip(by_columns, by_save, strict=True)):
+        _changed(one, n)
+        _changed(other, n)
+
+    update_instances(OperationProgress, by_columns, OPERATION_COLUMNS)
+    for operation in by_save:
+        operation.save(update_fields=[*OPERATION_COLUMNS, "updated_at"])
+
+    skip = ("id", "agenda_progress", "customer", "link_id", "cid", "updated_at", "created_at")
+    for one, other in zip(by_columns, by_save, strict=True):
+        mine, theirs = _stored(one), _stored(other)
+        assert {k: v for k, v in mine.items() if k not in skip} == {
+            k: v for k, v in theirs.items() if k not in skip
+        }
+    assert OperationProgress.objects.filter(result__isnull=True, pk=by_columns[0].pk).exists()
+
+
+def test_every_auto_now_field_is_stamped_on_the_rows_and_the_instances(submitter, submit_agenda):
+    operations = _operations(submitter, submit_agenda, 1)
+    before = timezone.now()
+
+    update_instances(OperationProgress, operations, ["message"])
+
+    for operation in operations:
+        stored = OperationProgress.objects.get(pk=operation.pk)
+        assert stored.updated_at == operation.updated_at >= before
+        assert stored.created_at < before  # auto_now_add is not touched
+
+
+def test_the_statement_is_one_and_the_same_for_ten_rows_and_for_thirty(submitter, submit_agenda):
+    operations = _operations(submitter, submit_agenda, 10)  # 3 operations each
+    sent = []
+
+    def capture(execute, sql, params, many, context):
+        sent.append((sql, len(params)))
+        return execute(sql, params, many, context)
+
+    with connection.execute_wrapper(capture):
+        update_instances(OperationProgress, operations[:10], OPERATION_COLUMNS)
+        update_instances(OperationProgress, operations, OPERATION_COLUMNS)
+
+    assert len(sent) == 2
+    assert sent[0] == sent[1]
+    # primary key, six columns, updated_at: an array each, under psycopg's 50 for its cache
+    assert sent[0][1] == 8
+
+
+def test_no_instances_send_no_statement():
+    with CaptureQueriesContext(connection) as captured:
+        update_instances(OperationProgress, [], OPERATION_COLUMNS)
+
+    assert captured.captured_queries == []
+
+
+def test_a_value_too_long_for_its_column_is_refused_not_cut_short(submitter, submit_agenda):
+    progress = submit_agenda(submitter).progress
+    execution_count = Execution.objects.count()
+    stored = AgendaProgress.objects.get(pk=progress.pk)
+    stored.state = "x" * 200  # the column is a varchar(20)
+
+    with pytest.raises(DataError), transaction.atomic():
+        update_instances(AgendaProgress, [stored], ["state"])
+
+    assert AgendaProgress.objects.get(pk=progress.pk).state == progress.state
+    assert Execution.objects.count() == execution_count
+
+
+def test_a_field_the_model_does_not_have_is_refused_and_nothing_is_written(
+    submitter, submit_agenda
+):
+    operations = _operations(submitter, submit_agenda, 1)
+    before = [_stored(operation) for operation in operations]
+    operations[0].message = "changed"
+
+    with pytest.raises(ValueError, match="no fields"):
+        update_instances(OperationProgress, operations, ["message", "colour"])
+
+    assert [_stored(operation) for operation in operations] == before
+
+
+AWARE = datetime(2026, 11, 27, 1, 2, 3, tzinfo=UTC)
+
+
+@pytest.mark.parametrize(
+    ("field", "values"),
+    [
+        (models.CharField(max_length=10), ["a", "", None, 5]),
+        (models.TextField(), ["long text", None]),
+        (models.FloatField(), [1.5, None, 2]),
+        (models.BooleanField(), [True, False, None]),
+        (models.UUIDField(), [uuid.uuid4(), None, str(uuid.uuid4())]),
+        (models.DateTimeField(), [AWARE, AWARE + timedelta(days=1), None]),
+    ],
+    ids=["char", "text", "float", "bool", "uuid", "datetime"],
+)
+def test_values_handed_on_as_they_are_equal_what_django_prepares(field, values):
+    assert column_values(field, values) == [
+        field.get_db_prep_save(value, connection) for value in values
+    ]
+
+
+def test_integers_are_handed_on_with_their_value_and_anything_else_goes_through_django():
+    field = models.PositiveSmallIntegerField()
+    prepared = column_values(field, [3, None, "4"])
+
+    assert prepared[:2] == [3, None] and type(prepared[0]) is int
+    assert prepared[2] == field.get_db_prep_save("4", connection) == 4
+
+
+def test_json_values_go_through_django_which_wraps_them_for_psycopg():
+    field = models.JSONField(null=True)
+    none, value = column_values(field, [None, {"a": [1]}])
+
+    assert none is None  # SQL NULL, as Django sends None for a JSONField
+    assert type(value) is type(field.get_db_prep_save({"a": [1]}, connection))
+    assert value.obj == {"a": [1]}
+
+
+def test_a_subclass_of_a_django_field_goes_through_its_own_preparation():
+    class Shouting(models.CharField):
+        def get_prep_value(self, value):
+            return super().get_prep_value(value).upper()
+
+    assert column_values(Shouting(max_length=10), ["quiet"]) == ["QUIET"]
