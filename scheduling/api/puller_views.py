@@ -31,6 +31,7 @@ from scheduling.api.puller_serializers import (
     PullResponseSerializer,
     ReportAnswerSerializer,
     ReportSerializer,
+    batch_report_response_data,
     pull_response_data,
 )
 from scheduling.generated_operations import execution_add_operations
@@ -133,7 +134,7 @@ class ExecutionReportBatchView(PopAPIView):
         for (index, _), outcome in zip(valid, outcomes, strict=True):
             results[index] = _item_result(outcome)
         ordered = [results[index] for index in range(len(results))]
-        return Response(BatchReportResponseSerializer({"results": ordered}).data)
+        return Response(batch_report_response_data(ordered))
 
 
 class ExecutionOperationsView(PopAPIView):
