@@ -24,6 +24,7 @@ from agendas.states.machine import (
     entry_update,
 )
 from agendas.states.operations import OpState, operation_apply_item
+from core.column_inserts import insert_columns
 from core.column_updates import update_instances
 
 # --- Set-based forms for the hot paths -------------------------------------
@@ -54,15 +55,16 @@ def progress_queue_many(
         **entry_update(S.QUEUED, now=now)
     )
     ReadyAgenda.objects.filter(agenda_id__in=moved_ids).delete()
-    QueuedAgenda.objects.bulk_create(
-        QueuedAgenda(
-            agenda_id=agenda_id,
-            insight_id=insight_id,
-            customer_id=customer_id,
-            position=first_position + offset,
-            queued_at=now,
-        )
-        for offset, (agenda_id, customer_id) in enumerate(moved)
+    insert_columns(
+        QueuedAgenda,
+        {
+            "agenda_id": moved_ids,
+            "insight_id": [insight_id] * len(moved),
+            "customer_id": [customer_id for _, customer_id in moved],
+            "position": list(range(first_position, first_position + len(moved))),
+            "queued_at": [now] * len(moved),
+        },
+        now=now,
     )
     return moved_ids
 
