@@ -112,9 +112,7 @@ def _build_chunks(dbname: str, chunks: list[tuple[int, int]], shape: dict) -> No
 
 def _build_chunk(conn: psycopg.Connection, first: int, last: int, shape: dict) -> None:
     """Agendas `first`..`last` (of the build's numbering) and their rows, in one transaction."""
-    big, small, measured = shape["big"], shape["small"], shape["measured"]
-    every, expired, everything = shape["every"], shape["expired"], shape["everything"]
-    total, insight_id, template_id = shape["total"], shape["insight_id"], shape["template_id"]
+    insight_id, template_id = shape["insight_id"], shape["template_id"]
     conn.execute(
         """
         CREATE TEMP TABLE bench_new ON COMMIT DROP AS
@@ -134,18 +132,7 @@ def _build_chunk(conn: psycopg.Connection, first: int, last: int, shape: dict) -
             (g / 10) %% 10 = 3 AS retried
         FROM generate_series(%(first)s::int, %(last)s::int) g
         """,
-        {
-            "big": big,
-            "small": small,
-            "n_small": len(small),
-            "measured": measured,
-            "every": every,
-            "expired": max(expired, 1),
-            "everything": everything,
-            "total": total,
-            "first": first,
-            "last": last,
-        },
+        shape | {"first": first, "last": last},
     )
     conn.execute("ALTER TABLE bench_new ADD COLUMN done timestamptz")
     conn.execute("UPDATE bench_new SET done = created + (g % 300 + 1) * interval '1 second'")
