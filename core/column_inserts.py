@@ -12,10 +12,12 @@ elsewhere (the SQLite demo) it falls back to `bulk_create`.
 
 import functools
 import uuid
-from collections.abc import Callable, Sequence
+from collections.abc import Sequence
 from datetime import datetime
 
-from django.db import DEFAULT_DB_ALIAS, connection, connections, models
+from django.db import connection
+
+from core.column_values import column_values, unbounded_type
 
 
 def insert_columns(model, columns: dict[str, Sequence], *, now: datetime) -> int:
@@ -72,73 +74,6 @@ def insert_instances(model, instances: Sequence, *, now: datetime) -> None:
         for attname in stamped:
             setattr(instance, attname, now)
         instance._state.adding, instance._state.db = False, connection.alias
-
-
-def column_values(field, values: Sequence) -> list:
-    """`values` prepared as `field.get_db_prep_save` prepares them, for an array parameter
-    cast to the field's column type (`unbounded_type(field)[]`).
-
-    A value that Django hands on as it is — a `str` for a text column, a `float`, a `bool`, a
-    `UUID`, an aware `datetime`, None for any of them — skips the call (about 2.5 µs a value,
-    a fifth of a report's CPU in process); so does an `int`, which Django only wraps to name
-    its integer type, which the array's cast names. Anything else, and every value of other
-    fields (JSON, which Django wraps for psycopg), goes through `get_db_prep_save`."""
-    handed_on = _handed_on(field)
-    prepare = field.get_db_prep_save
-    # The connection itself, not the `connection` proxy: each of the proxy's attributes is a
-    # look-up in a context-local mapping, and preparing a value reads several.
-    database = connections[DEFAULT_DB_ALIAS]
-    if handed_on is None:
-        return [prepare(value, database) for value in values]
-    return [
-        value if value is None or handed_on(value) else prepare(value, database) for value in values
-    ]
-
-
-def _is_aware_datetime(value) -> bool:
-    return type(value) is datetime and value.utcoffset() is not None
-
-
-# Django's own field classes (exactly: a subclass may prepare differently) whose
-# get_db_prep_save on PostgreSQL returns a value of this kind unchanged (or, for integers, in
-# a wrapper that only names its type).
-_HANDED_ON: dict[type, Callable[[object], bool]] = {
-    **{
-        kind: lambda value: type(value) is int
-        for kind in (
-            models.AutoField,
-            models.BigAutoField,
-            models.SmallAutoField,
-            models.IntegerField,
-            models.BigIntegerField,
-            models.SmallIntegerField,
-            models.PositiveIntegerField,
-            models.PositiveBigIntegerField,
-            models.PositiveSmallIntegerField,
-        )
-    },
-    models.FloatField: lambda value: type(value) is float,
-    models.BooleanField: lambda value: type(value) is bool,
-    models.CharField: lambda value: type(value) is str,
-    models.TextField: lambda value: type(value) is str,
-    models.UUIDField: lambda value: type(value) is uuid.UUID,
-    models.DateTimeField: _is_aware_datetime,
-}
-
-
-@functools.cache
-def _handed_on(field) -> Callable[[object], bool] | None:
-    target = field.target_field if isinstance(field, models.ForeignKey) else field
-    if connection.vendor != "postgresql":
-        return None
-    return _HANDED_ON.get(type(target))
-
-
-def unbounded_type(field) -> str:
-    """The field's column type without its length (`varchar(100)` → `varchar`): an explicit
-    cast to `varchar(100)` cuts a longer value short, where writing it into the column refuses
-    it, as `bulk_create`'s and `save()`'s do."""
-    return field.db_type(connection).split("(")[0]
 
 
 @functools.cache

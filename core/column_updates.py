@@ -15,7 +15,7 @@ from collections.abc import Sequence
 from django.db import connection
 from django.utils import timezone
 
-from core.column_inserts import column_values, unbounded_type
+from core.column_values import column_values, unbounded_type
 
 
 def update_instances(model, instances: Sequence, attnames: Sequence[str]) -> None:
