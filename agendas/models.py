@@ -14,7 +14,7 @@ from agendas.queue_models import (
     ReadyAgenda,
 )
 from agendas.template_version_models import AgendaTemplateVersion
-from core.models import OwnedModel
+from core.models import OwnedModel, cid_field, link_id_field
 
 # The queue, outbox and action-job models register with this app from their own module.
 __all__ = [
@@ -59,8 +59,15 @@ class AgendaTemplate(OwnedModel):
 class Agenda(OwnedModel):
     """The request: immutable once submitted."""
 
+    # The history tables' keys carry plain named indexes only (see `link_id_field`), and no
+    # customer index of their own: the customer's composite indexes lead with it.
+    link_id = link_id_field(db_index=False)
+    cid = cid_field(db_index=False)
     customer = models.ForeignKey(
-        "resourcepools.Customer", on_delete=models.CASCADE, related_name="agendas"
+        "resourcepools.Customer",
+        on_delete=models.CASCADE,
+        related_name="agendas",
+        db_index=False,  # agenda_customer_recent leads with it
     )
     template = models.ForeignKey(
         "agendas.AgendaTemplate",
@@ -109,7 +116,7 @@ class Agenda(OwnedModel):
         help_text="Flat key → text map for finding and acting on sets of agendas "
         "(agendas.labels; on PostgreSQL the GIN index agenda_labels serves `labels @> …`).",
     )
-    external_id = models.CharField(max_length=255, blank=True, default="", db_index=True)
+    external_id = models.CharField(max_length=255, blank=True, default="")
     idempotency_key = models.CharField(max_length=255, blank=True, default="")
 
     class Meta:
@@ -134,6 +141,10 @@ class Agenda(OwnedModel):
             # ?template= for staff and for a customer (a global template's agendas belong to
             # many customers: by the template alone, a customer's count read everyone's).
             models.Index(fields=["template", "customer", "-created_at"], name="agenda_template"),
+            # Exact filters (?link_id=, ?cid=, ?external_id=, the admin's search).
+            models.Index(fields=["link_id"], name="agenda_link_id"),
+            models.Index(fields=["cid"], name="agenda_cid"),
+            models.Index(fields=["external_id"], name="agenda_external_id"),
         ]
 
     def __str__(self) -> str:
@@ -159,8 +170,13 @@ class AgendaProgress(OwnedModel):
         related_name="progress",
         db_constraint=False,  # see AGENDA_HISTORY_LINKS in agendas/states/reap.py
     )
+    link_id = link_id_field(db_index=False)
+    cid = cid_field(db_index=False)
     customer = models.ForeignKey(
-        "resourcepools.Customer", on_delete=models.CASCADE, related_name="agenda_progress"
+        "resourcepools.Customer",
+        on_delete=models.CASCADE,
+        related_name="agenda_progress",
+        db_index=False,  # progress_customer_recent and progress_customer_state lead with it
     )
     state = models.CharField(max_length=20, choices=State.choices, default=State.PENDING)
     message = models.TextField(blank=True, default="")
@@ -199,6 +215,8 @@ class AgendaProgress(OwnedModel):
             models.Index(fields=["state", "completed_at"], name="progress_state_completed"),
             # The progress list's default order, for a customer (staff read created_at's own).
             models.Index(fields=["customer", "-created_at"], name="progress_customer_recent"),
+            models.Index(fields=["link_id"], name="progress_link_id"),
+            models.Index(fields=["cid"], name="progress_cid"),
         ]
         constraints = [
             models.CheckConstraint(
@@ -235,9 +253,12 @@ class OperationProgress(models.Model):
         db_constraint=False,  # see AGENDA_HISTORY_LINKS in agendas/states/reap.py
     )
     customer = models.ForeignKey(
-        "resourcepools.Customer", on_delete=models.CASCADE, related_name="operation_progress"
+        "resourcepools.Customer",
+        on_delete=models.CASCADE,
+        related_name="operation_progress",
+        db_index=False,  # operation_customer_recent leads with it
     )
-    link_id = models.CharField(max_length=255, blank=True, default="", db_index=True)
+    link_id = link_id_field(db_index=False)
     cid = models.CharField(max_length=64, blank=True, default="")
     position = models.PositiveIntegerField(default=0)
     name = models.CharField(max_length=100)
@@ -282,6 +303,7 @@ class OperationProgress(models.Model):
             # scan of every operation).
             models.Index(fields=["state", "customer", "-created_at"], name="operation_state"),
             models.Index(fields=["name", "customer", "-created_at"], name="operation_name"),
+            models.Index(fields=["link_id"], name="operation_link_id"),
         ]
         constraints = [
             models.UniqueConstraint(
@@ -322,13 +344,19 @@ class Execution(models.Model):
         db_constraint=False,  # see AGENDA_HISTORY_LINKS in agendas/states/reap.py
     )
     customer = models.ForeignKey(
-        "resourcepools.Customer", on_delete=models.CASCADE, related_name="executions"
+        "resourcepools.Customer",
+        on_delete=models.CASCADE,
+        related_name="executions",
+        db_index=False,  # execution_customer_window leads with it
     )
-    link_id = models.CharField(max_length=255, blank=True, default="", db_index=True)
+    link_id = link_id_field(db_index=False)
     cid = models.CharField(max_length=64, blank=True, default="")
     number = models.PositiveSmallIntegerField()
     insight = models.ForeignKey(
-        "resourcepools.Insight", on_delete=models.PROTECT, related_name="executions"
+        "resourcepools.Insight",
+        on_delete=models.PROTECT,
+        related_name="executions",
+        db_index=False,  # execution_insight_window leads with it
     )
     worker = models.CharField(max_length=200, blank=True, default="")
     # "<user id>:<request id>" of the pull that leased it: a repeated pull with the same id
@@ -393,6 +421,7 @@ class Execution(models.Model):
                 condition=Q(outcome__isnull=True) & ~Q(pull_request=""),
                 name="execution_open_pull_request",
             ),
+            models.Index(fields=["link_id"], name="execution_link_id"),
         ]
 
     def __str__(self) -> str:
