@@ -83,8 +83,14 @@ def build_history(
     chunks = [(first, min(first + CHUNK, everything) - 1) for first in range(0, everything, CHUNK)]
     with ThreadPoolExecutor(BUILDERS) as pool:
         list(pool.map(lambda n: _build_chunks(dbname, chunks[n::BUILDERS], shape), range(BUILDERS)))
-        list(pool.map(lambda n: _run_each(dbname, rebuild[n::BUILDERS]), range(BUILDERS)))
+    rebuild_indexes(dbname, rebuild)
     return everything
+
+
+def rebuild_indexes(dbname: str, statements: list[str]) -> None:
+    """Run `drop_secondary_indexes`'s statements, shared out over BUILDERS connections."""
+    with ThreadPoolExecutor(BUILDERS) as pool:
+        list(pool.map(lambda n: _run_each(dbname, statements[n::BUILDERS]), range(BUILDERS)))
 
 
 def _session(dbname: str) -> psycopg.Connection:
@@ -116,6 +122,7 @@ def _build_chunk(conn: psycopg.Connection, first: int, last: int, shape: dict) -
     conn.execute(
         """
         CREATE TEMP TABLE bench_new ON COMMIT DROP AS
+        SELECT *, created + (g %% 300 + 1) * interval '1 second' AS done FROM (
         SELECT g, gen_random_uuid() AS id, gen_random_uuid() AS progress_id,
             gen_random_uuid() AS execution_id, gen_random_uuid() AS first_execution_id,
             CASE WHEN g %% %(every)s = (g / %(every)s) %% %(every)s THEN %(measured)s::uuid
@@ -131,11 +138,10 @@ def _build_chunk(conn: psycopg.Connection, first: int, last: int, shape: dict) -
                  ELSE 'aborted' END AS state,
             (g / 10) %% 10 = 3 AS retried
         FROM generate_series(%(first)s::int, %(last)s::int) g
+        ) rows
         """,
         shape | {"first": first, "last": last},
     )
-    conn.execute("ALTER TABLE bench_new ADD COLUMN done timestamptz")
-    conn.execute("UPDATE bench_new SET done = created + (g % 300 + 1) * interval '1 second'")
     conn.execute(
         """
         INSERT INTO agendas_agenda (id, link_id, cid, created_at, updated_at, customer_id,

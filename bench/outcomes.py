@@ -37,6 +37,12 @@ def sessions_opened(dbname: str) -> int:
     return int(row[0]) if row else 0
 
 
+def wal_written() -> int:
+    """Bytes of WAL the server has written so far (its current position)."""
+    with psycopg.connect(dsn(ADMIN_DB)) as conn:
+        return int(conn.execute("SELECT pg_current_wal_lsn() - '0/0'::pg_lsn").fetchone()[0])
+
+
 def timings(
     dbname: str, *, customer_ids: Sequence[str] | None = None, created_after: float | None = None
 ) -> dict[str, float]:

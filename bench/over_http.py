@@ -50,7 +50,13 @@ from bench.common import (
     vacuum_analyze,
 )
 from bench.e2e import record
-from bench.outcomes import pulled_twice, sessions_opened, state_counts, timings
+from bench.outcomes import (
+    pulled_twice,
+    sessions_opened,
+    state_counts,
+    timings,
+    wal_written,
+)
 
 CUSTOMERS = 5
 PULLERS = 2  # the pull latency run
@@ -201,7 +207,7 @@ def throughput(
     stop, out, submitted_out = context.Event(), context.Queue(), context.Queue()
     before = state_counts(dbname).get("succeeded", 0)
     cpu_before, wall_before = cpu_seconds(servers_), time.perf_counter()
-    sessions_before = sessions_opened(dbname)
+    sessions_before, wal_before = sessions_opened(dbname), wal_written()
     began = time.time()
     pullers = [
         context.Process(target=puller, args=(url, world, stop, out), name=f"http-puller{n}")
@@ -230,6 +236,7 @@ def throughput(
     }
     cpu["clients (popclient)"] = submitted["cpu"] + sum(p["cpu"] for p in pulls)
     sessions = sessions_opened(dbname) - sessions_before
+    wal = wal_written() - wal_before
     cpu_wall = time.perf_counter() - wall_before
     figures = timings(dbname, created_after=began)
     figures.update(
@@ -244,6 +251,7 @@ def throughput(
         cpu=cpu,
         cpu_wall=cpu_wall,
         sessions=sessions,
+        wal=wal,
     )
     return figures
 
@@ -267,8 +275,9 @@ def short_queue_throughput(
         close_django_connections()
 
 
-def record_cpu(result: PhaseResult, figures: dict) -> None:
-    """CPU ms per terminal agenda by process kind, and the rate the machine's cores allow."""
+def record_costs(result: PhaseResult, figures: dict) -> None:
+    """CPU ms per terminal agenda by process kind, the rate the machine's cores allow, and the
+    connections and WAL bytes per agenda."""
     terminal = max(figures.get("terminal", 0), 1)
     cores = os.cpu_count() or 1
     total = sum(figures["cpu"].values())
@@ -283,6 +292,12 @@ def record_cpu(result: PhaseResult, figures: dict) -> None:
                 note=f"{figures['sessions']} in the run",
             )
         parts.append(f"{name} {seconds / terminal * 1000:.2f}")
+    result.add(
+        "WAL written per agenda",
+        figures["wal"] / terminal,
+        "bytes",
+        note="the whole server's, the autovacuum stand-in's included",
+    )
     busy = total / (cores * figures["cpu_wall"])
     result.add(
         "CPU per agenda: all processes",
@@ -431,7 +446,7 @@ def run(*, quick: bool) -> PhaseResult:
                 result.add(f"HTTP {kind} request p50", percentile(values, 50), "ms")
                 result.add(f"HTTP {kind} request p99", percentile(values, 99), "ms")
             result.add("requests per agenda", per_agenda, "req")
-            record_cpu(result, figures)
+            record_costs(result, figures)
             say(
                 "  http request ms p50/p99: "
                 + ", ".join(
@@ -494,8 +509,8 @@ def run(*, quick: bool) -> PhaseResult:
                 f"pull p99, {sizes['http_waiting']} waiting",
                 wait["pull_p99"],
                 "ms",
-                target="< 50 ms",
-                ok=wait["pull_p99"] < 50,
+                target="< 25 ms",
+                ok=wait["pull_p99"] < 25,
             )
             if not web.alive() or not cluster.alive():
                 result.notes.append("a server process died during the phase")
