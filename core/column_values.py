@@ -25,6 +25,13 @@ def column_values(field, values: Sequence) -> list:
     # The connection itself, not the `connection` proxy: each of the proxy's attributes is a
     # look-up in a context-local mapping, and preparing a value reads several.
     database = connections[DEFAULT_DB_ALIAS]
+    if handed_on is _is_int:
+        # Django wraps a prepared integer in psycopg's Int2/Int4/Int8, which psycopg will not
+        # put in one array with a plain int: every value leaves here a plain int.
+        return [
+            value if value is None or type(value) is int else int(prepare(value, database))
+            for value in values
+        ]
     if handed_on is None:
         return [prepare(value, database) for value in values]
     return [
@@ -36,12 +43,16 @@ def _is_aware_datetime(value) -> bool:
     return type(value) is datetime and value.utcoffset() is not None
 
 
+def _is_int(value) -> bool:
+    return type(value) is int
+
+
 # Django's own field classes (exactly: a subclass may prepare differently) whose
 # get_db_prep_save on PostgreSQL returns a value of this kind unchanged (or, for integers, in
 # a wrapper that only names its type).
 _HANDED_ON: dict[type, Callable[[object], bool]] = {
     **{
-        kind: lambda value: type(value) is int
+        kind: _is_int
         for kind in (
             models.AutoField,
             models.BigAutoField,

@@ -117,3 +117,16 @@ def test_a_field_the_model_does_not_have_is_refused_and_nothing_is_written(
         update_instances(OperationProgress, operations, ["message", "colour"])
 
     assert [_stored(operation) for operation in operations] == before
+
+
+def test_an_integer_column_with_a_value_django_prepares_is_written_whole(submitter, submit_agenda):
+    first, second = _operations(submitter, submit_agenda, 1)[:2]
+    first.position = 7  # a plain int, handed on
+    second.position = "8"  # prepared by Django into psycopg's Int4, which it will not mix with int
+
+    update_instances(OperationProgress, [first, second], ["position"])
+
+    stored = dict(
+        OperationProgress.objects.filter(pk__in=[first.pk, second.pk]).values_list("pk", "position")
+    )
+    assert stored == {first.pk: 7, second.pk: 8}

@@ -30,12 +30,14 @@ def test_values_handed_on_as_they_are_equal_what_django_prepares(field, values):
     ]
 
 
-def test_integers_are_handed_on_with_their_value_and_anything_else_goes_through_django():
+def test_integers_are_handed_on_and_anything_else_goes_through_django_to_a_plain_int():
     field = models.PositiveSmallIntegerField()
     prepared = column_values(field, [3, None, "4"])
 
     assert prepared[:2] == [3, None] and type(prepared[0]) is int
     assert prepared[2] == field.get_db_prep_save("4", connection) == 4
+    # Not Django's Int2 wrapper: psycopg puts no wrapped and plain ints in one array.
+    assert type(prepared[2]) is int
 
 
 def test_json_values_go_through_django_which_wraps_them_for_psycopg():
