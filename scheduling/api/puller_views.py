@@ -5,6 +5,7 @@ operations are authorized by the execution's lease token (`X-POP-Lease`), not by
 them (docs/design.md §10.3).
 """
 
+from collections.abc import Mapping
 from typing import Any
 
 from django.http import Http404
@@ -33,6 +34,7 @@ from scheduling.api.puller_serializers import (
     ReportSerializer,
     batch_report_response_data,
     pull_response_data,
+    report_answer_data,
 )
 from scheduling.generated_operations import execution_add_operations
 from scheduling.pull import insight_pull
@@ -93,14 +95,16 @@ class ExecutionReportView(PopAPIView):
         examples=REPORT_EXAMPLES,
     )
     def post(self, request: Request, pk: str) -> Response:
-        payload = ReportSerializer(data=request.data)
-        payload.is_valid(raise_exception=True)
+        if isinstance(request.data, Mapping) and not request.data:
+            fields = {}  # a heartbeat: what ReportSerializer makes of an empty body
+        else:
+            payload = ReportSerializer(data=request.data)
+            payload.is_valid(raise_exception=True)
+            fields = payload.validated_data
         answer = execution_report(
-            execution_id=pk,
-            lease_token=request.headers.get(LEASE_HEADER, ""),
-            **payload.validated_data,
+            execution_id=pk, lease_token=request.headers.get(LEASE_HEADER, ""), **fields
         )
-        return Response(ReportAnswerSerializer(answer).data)
+        return Response(report_answer_data(answer))
 
 
 class ExecutionReportBatchView(PopAPIView):

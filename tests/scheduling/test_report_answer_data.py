@@ -1,0 +1,91 @@
+"""The report endpoint's answer is written by `report_answer_data`, not by the documented
+serializer, and an empty body (a heartbeat) skips the report serializer: both must give what
+the serializers give, byte for byte, and a body that is not an object is still refused."""
+
+from datetime import timedelta
+from unittest import mock
+
+import pytest
+from django.utils import timezone
+from rest_framework.renderers import JSONRenderer
+
+from agendas.models import Execution
+from scheduling.api import puller_views
+from scheduling.api.puller_serializers import (
+    ReportAnswerSerializer,
+    ReportSerializer,
+    report_answer_data,
+)
+from scheduling.report import ReportAnswer
+
+pytestmark = pytest.mark.django_db
+
+render = JSONRenderer().render
+
+
+def _post(api_client_for, submitter, pulled, body):
+    return api_client_for(submitter).post(
+        f"/api/v1/executions/{pulled.execution.pk}/report/",
+        body,
+        format="json",
+        HTTP_X_POP_LEASE=str(pulled.execution.lease_token),
+    )
+
+
+@pytest.mark.parametrize(
+    "answer",
+    [
+        ReportAnswer(abort=False, pause=False, lease_expires_at=timezone.now(), state="executing"),
+        ReportAnswer(
+            abort=True,
+            pause=True,
+            lease_expires_at=timezone.now() + timedelta(microseconds=7),
+            state="paused",
+            pause_now=True,
+        ),
+        ReportAnswer(abort=False, pause=False, lease_expires_at=None, state="succeeded"),
+    ],
+    ids=["running", "stop", "ended"],
+)
+def test_every_kind_of_answer_equals_the_serializers_byte_for_byte(answer):
+    assert render(report_answer_data(answer)) == render(ReportAnswerSerializer(answer).data)
+
+
+def test_a_heartbeat_is_answered_as_the_serializers_answer_it_without_validating_a_body(
+    submitter, run_one, insight, api_client_for
+):
+    pulled = run_one(submitter, insight)
+    built = mock.Mock(wraps=report_answer_data)
+    validated = mock.Mock(wraps=ReportSerializer)
+
+    with (
+        mock.patch.object(puller_views, "report_answer_data", built),
+        mock.patch.object(puller_views, "ReportSerializer", validated),
+    ):
+        response = _post(api_client_for, submitter, pulled, {})
+
+    assert response.status_code == 200
+    assert validated.call_count == 0
+    (answer,), _ = built.call_args
+    assert response.content == render(ReportAnswerSerializer(answer).data)
+    empty = ReportSerializer(data={})
+    assert empty.is_valid() and empty.validated_data == {}  # what the view passes on instead
+    execution = Execution.objects.get(pk=pulled.execution.pk)
+    assert execution.last_report_at is not None and execution.outcome is None
+
+
+@pytest.mark.parametrize("body", [[], "", 0, [{}]], ids=["list", "string", "number", "list-of"])
+def test_a_body_that_is_not_an_object_is_still_refused_and_changes_nothing(
+    submitter, run_one, insight, api_client_for, body
+):
+    pulled = run_one(submitter, insight)
+    before = Execution.objects.get(pk=pulled.execution.pk)
+
+    response = _post(api_client_for, submitter, pulled, body)
+
+    assert response.status_code == 400, response.content
+    after = Execution.objects.get(pk=pulled.execution.pk)
+    assert (after.last_report_at, after.lease_expires_at) == (
+        before.last_report_at,
+        before.lease_expires_at,
+    )
