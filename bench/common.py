@@ -533,13 +533,13 @@ FULL_SIZES: dict[str, Any] = {
     "submit_sample": 300,  # engine: agendas submitted one by one, and in bulk, for the rates
     "e2e_seconds": 20.0,  # end to end in-process: the submitter stops after this long
     "e2e_agendas": 20_000,  # … or after this many
-    "http_seconds": 20.0,  # end to end over HTTP (each queue size): the submitter stops then
-    "http_agendas": 20_000,  # … or after this many
+    "http_seconds": 15.0,  # end to end over HTTP (each queue size): the submitter stops then
+    "http_agendas": 8_000,  # … or after this many (what the pullers then drain is timed too)
     "http_waiting": 100_000,  # ready agendas behind the queue for the pull-latency run
     "http_latency_pulls": 300,  # pulls timed with that backlog
     "idle_probes": 8,  # idle submit -> pullable probes
     "heartbeat_seconds": 5.0,  # the report endpoint alone
-    "peer_jobs": 5000,  # peers: jobs per run (end to end, then drain-only)
+    "peer_jobs": 4000,  # peers: jobs per run (end to end, then drain-only)
     "peer_seconds": 12,  # peers: a run stops after this long and counts what finished
     "fill_sizes": [1000, 100_000, 1_000_000],
     "fill_customers": 10,
