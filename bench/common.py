@@ -531,7 +531,7 @@ FULL_SIZES: dict[str, Any] = {
     "queue_rows": 4000,  # limit and engine: queued rows per shape (same table size)
     "shape_seconds": 5.0,  # limit and engine: a shape stops after this long
     "submit_sample": 300,  # engine: agendas submitted one by one, and in bulk, for the rates
-    "e2e_seconds": 20.0,  # end to end in-process: the submitter stops after this long
+    "e2e_seconds": 15.0,  # end to end in-process: the submitter stops after this long
     "e2e_agendas": 20_000,  # … or after this many
     "http_seconds": 15.0,  # end to end over HTTP (each queue size): the submitter stops then
     "http_agendas": 8_000,  # … or after this many (what the pullers then drain is timed too)

@@ -104,10 +104,12 @@ def _session(dbname: str) -> psycopg.Connection:
 
 
 def _run_each(dbname: str, statements: list[str]) -> None:
+    # Each committed alone: adding a key locks its table whole, so a connection must not keep
+    # one table's lock while it waits for another's.
     with _session(dbname) as conn:
         for statement in statements:
             conn.execute(statement)
-        conn.commit()
+            conn.commit()
 
 
 def _build_chunks(dbname: str, chunks: list[tuple[int, int]], shape: dict) -> None:
@@ -227,8 +229,20 @@ def _build_chunk(conn: psycopg.Connection, first: int, last: int, shape: dict) -
 
 
 def drop_secondary_indexes(conn, tables) -> list[str]:
-    """Drop the indexes of `tables` that back no constraint (primary keys and unique constraints
-    stay); return the statements that build them again, as pg_indexes defines them."""
+    """Drop the indexes of `tables` — their primary keys and unique constraints too, unless a
+    foreign key relies on one — and return the statements that build them again as the catalogue
+    defines them (keys first). Rows inserted into a random-UUID primary key larger than
+    shared_buffers cost a page read per row; built after the rows, the same index is a sort."""
+    keys = conn.execute(
+        """
+        SELECT k.conname, c.relname, pg_get_constraintdef(k.oid) FROM pg_constraint k
+        JOIN pg_class c ON c.oid = k.conrelid
+        WHERE c.relname = ANY(%s) AND k.contype IN ('p', 'u')
+          AND NOT EXISTS (
+            SELECT 1 FROM pg_constraint f WHERE f.contype = 'f' AND f.conindid = k.conindid)
+        """,
+        [list(tables)],
+    ).fetchall()
     rows = conn.execute(
         """
         SELECT i.indexname, i.indexdef FROM pg_indexes i
@@ -238,10 +252,18 @@ def drop_secondary_indexes(conn, tables) -> list[str]:
         """,
         [list(tables)],
     ).fetchall()
+    for name, table, _ in keys:
+        conn.execute(f'ALTER TABLE "{table}" DROP CONSTRAINT "{name}"')
     for name, _ in rows:
         conn.execute(f'DROP INDEX "{name}"')
     conn.commit()
-    return [definition for _, definition in rows]
+    return [
+        *(
+            f'ALTER TABLE "{table}" ADD CONSTRAINT "{name}" {definition}'
+            for name, table, definition in keys
+        ),
+        *(definition for _, definition in rows),
+    ]
 
 
 def build_world(dbname: str, total: int) -> dict:
