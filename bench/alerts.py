@@ -37,7 +37,7 @@ from bench.common import (
     vacuum_analyze,
 )
 from bench.fill_tenants import add_customers
-from bench.history_world import drop_secondary_indexes, rebuild_indexes
+from bench.history_world import drop_indexes, rebuild_indexes
 
 CUSTOMERS = 2_000
 INSIGHTS = 10
@@ -62,7 +62,7 @@ def insert_executions(dbname: str, per_agenda: int) -> float:
     started = time.perf_counter()
     with psycopg.connect(dsn(dbname)) as conn:
         # Indexes built once after the rows, two at a time, not kept up row by row.
-        rebuild = drop_secondary_indexes(conn, ["agendas_execution"])
+        rebuild = drop_indexes(conn, ["agendas_execution"])
         conn.execute(
             """
             INSERT INTO agendas_execution (id, agenda_id, customer_id, link_id, cid, number,

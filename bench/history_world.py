@@ -38,7 +38,7 @@ EXPIRED_SHARE = 0.1  # on top of the year: agendas 366-396 days old, reaped at t
 SMALL_OWN = 220
 CHUNK = 100_000
 BUILDERS = 2  # connections building the history at once
-# The tables build_history writes, whose secondary indexes are built after the rows.
+# The tables build_history writes, whose indexes and keys are built after the rows.
 BUILT_TABLES = (
     "agendas_agenda",
     "agendas_agendaprogress",
@@ -77,7 +77,7 @@ def build_history(
         "template_id": template_id,
     }
     with psycopg.connect(dsn(dbname)) as conn:
-        rebuild = drop_secondary_indexes(conn, BUILT_TABLES)
+        rebuild = drop_indexes(conn, BUILT_TABLES)
     # Chunks are independent and PostgreSQL does the work: BUILDERS connections, each its
     # own chunks (one backend per core), then the indexes shared out the same way.
     chunks = [(first, min(first + CHUNK, everything) - 1) for first in range(0, everything, CHUNK)]
@@ -88,7 +88,7 @@ def build_history(
 
 
 def rebuild_indexes(dbname: str, statements: list[str]) -> None:
-    """Run `drop_secondary_indexes`'s statements, shared out over BUILDERS connections."""
+    """Run `drop_indexes`'s statements, shared out over BUILDERS connections."""
     with ThreadPoolExecutor(BUILDERS) as pool:
         list(pool.map(lambda n: _run_each(dbname, statements[n::BUILDERS]), range(BUILDERS)))
 
@@ -96,7 +96,7 @@ def rebuild_indexes(dbname: str, statements: list[str]) -> None:
 def _session(dbname: str) -> psycopg.Connection:
     conn = psycopg.connect(dsn(dbname))
     # The rows are consistent by construction: no foreign-key trigger checks them one by one
-    # (the bench runs as the superuser), and the secondary indexes are built once at the end
+    # (the bench runs as the superuser), and the indexes and keys are built once at the end
     # rather than kept up row by row — together a third of the build's time.
     conn.execute("SET session_replication_role = replica")
     conn.execute("SET maintenance_work_mem = '256MB'")
@@ -228,7 +228,7 @@ def _build_chunk(conn: psycopg.Connection, first: int, last: int, shape: dict) -
     conn.commit()
 
 
-def drop_secondary_indexes(conn, tables) -> list[str]:
+def drop_indexes(conn, tables) -> list[str]:
     """Drop the indexes of `tables` — their primary keys and unique constraints too, unless a
     foreign key relies on one — and return the statements that build them again as the catalogue
     defines them (keys first). Rows inserted into a random-UUID primary key larger than
