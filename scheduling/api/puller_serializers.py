@@ -288,14 +288,24 @@ def batch_report_response_data(results: list[dict]) -> dict:
     2026-11-27). It walks BatchReportResultSerializer's own fields, built once: the same keys
     in the same order and the same representations; an absent key is left out, but null for a
     field that allows null, as the serializer writes it. A test holds both equal."""
-    return {"results": [_result_item(result) for result in results]}
+    return {"results": [_represented(_RESULT_FIELDS, result) for result in results]}
 
 
-def _result_item(result: dict) -> dict:
+def report_answer_data(answer) -> dict:
+    """`ReportAnswerSerializer(answer).data`, built from ReportAnswerSerializer's own fields
+    (built once) as `batch_report_response_data` builds its results. The report endpoint
+    answers every heartbeat with it (a serializer per answer deep-copied its fields). A test
+    holds both equal."""
+    return _represented(_ANSWER_FIELDS, vars(answer))
+
+
+def _represented(fields: tuple, values: dict) -> dict:
+    """What a serializer of `fields` writes for `values`: each present key's representation
+    (null for None), in the fields' order; an absent key left out, or null where it may be."""
     item: dict = {}
-    for name, field in _RESULT_FIELDS:
-        if name in result:
-            value = result[name]
+    for name, field in fields:
+        if name in values:
+            value = values[name]
             item[name] = None if value is None else field.to_representation(value)
         elif field.allow_null:
             item[name] = None
@@ -303,21 +313,6 @@ def _result_item(result: dict) -> dict:
 
 
 _RESULT_FIELDS = tuple(BatchReportResultSerializer().fields.items())
-
-
-def report_answer_data(answer) -> dict:
-    """`ReportAnswerSerializer(answer).data`, built from ReportAnswerSerializer's own fields
-    (built once) as `batch_report_response_data` builds its results: the same keys in the same
-    order and the same representations, null for a None. The report endpoint answers every
-    heartbeat with it (a serializer per answer deep-copied its fields). A test holds both
-    equal."""
-    answer_data = {}
-    for name, field in _ANSWER_FIELDS:
-        value = getattr(answer, name)
-        answer_data[name] = None if value is None else field.to_representation(value)
-    return answer_data
-
-
 _ANSWER_FIELDS = tuple(ReportAnswerSerializer().fields.items())
 
 
