@@ -22,21 +22,22 @@ def column_values(field, values: Sequence) -> list:
     fields (JSON, which Django wraps for psycopg), goes through `get_db_prep_save`."""
     handed_on = _handed_on(field)
     prepare = field.get_db_prep_save
+    if handed_on is _is_int:
+        prepare = _as_plain_int(prepare)
     # The connection itself, not the `connection` proxy: each of the proxy's attributes is a
     # look-up in a context-local mapping, and preparing a value reads several.
     database = connections[DEFAULT_DB_ALIAS]
-    if handed_on is _is_int:
-        # Django wraps a prepared integer in psycopg's Int2/Int4/Int8, which psycopg will not
-        # put in one array with a plain int: every value leaves here a plain int.
-        return [
-            value if value is None or type(value) is int else int(prepare(value, database))
-            for value in values
-        ]
     if handed_on is None:
         return [prepare(value, database) for value in values]
     return [
         value if value is None or handed_on(value) else prepare(value, database) for value in values
     ]
+
+
+def _as_plain_int(prepare: Callable) -> Callable:
+    """`prepare`, its integer unwrapped: Django wraps a prepared integer in psycopg's
+    Int2/Int4/Int8, which psycopg will not put in one array with a plain int."""
+    return lambda value, database: int(prepare(value, database))
 
 
 def _is_aware_datetime(value) -> bool:
