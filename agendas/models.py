@@ -360,7 +360,8 @@ class Execution(models.Model):
     )
     worker = models.CharField(max_length=200, blank=True, default="")
     # "<user id>:<request id>" of the pull that leased it: a repeated pull with the same id
-    # gets the same executions back instead of new ones (a lost answer is not lost work).
+    # gets the same executions back instead of new ones (a lost answer is not lost work), and
+    # none once they have ended (a request is answered once).
     pull_request = models.CharField(max_length=100, blank=True, default="", db_default="")
     lease_token = models.UUIDField(default=uuid.uuid4, editable=False)
     lease_expires_at = models.DateTimeField()
@@ -416,10 +417,12 @@ class Execution(models.Model):
                 condition=Q(outcome__isnull=True),
                 name="execution_open_insight",
             ),
+            # The executions leased under a pull's request id, open or ended: a repeat gets
+            # the open ones, and a request answered before leases nothing more.
             models.Index(
                 fields=["pull_request"],
-                condition=Q(outcome__isnull=True) & ~Q(pull_request=""),
-                name="execution_open_pull_request",
+                condition=~Q(pull_request=""),
+                name="execution_pull_request",
             ),
             models.Index(fields=["link_id"], name="execution_link_id"),
         ]

@@ -78,7 +78,10 @@ def insight_pull(
     lost) gets the executions the first one leased, still open, instead of new ones; also when
     the first is still long-polling as the repeat arrives (the client gave up on it): the checks
     of pulls with one id take turns, each looking for the other's leases first, so two pulls of
-    one request never lease two sets (tests/faults/test_lost_pull_answers.py).
+    one request never lease two sets (tests/faults/test_lost_pull_answers.py). A request is
+    answered once: when its executions have all ended, a pull with its id leases nothing more
+    and returns at once, so a long poll the client gave up on cannot lease a second set to
+    nobody after the repeat's work was done.
     """
     require_role(principal, insight.resource_pool.owner_id, Membership.Role.WORKER)
     if not 1 <= count <= MAX_PULL_COUNT:
@@ -89,11 +92,10 @@ def insight_pull(
     deadline = time.monotonic() + wait_seconds
     pause = float(getattr(settings, "POP_PULL_POLL_SECONDS", 0.05))
     while True:
-        pulled = insight_pull_once(
-            insight=insight, worker=worker, count=count, pull_request=pull_request
-        )
+        check = _pull_check(insight=insight, worker=worker, count=count, pull_request=pull_request)
+        pulled = check.pulled
         left = deadline - time.monotonic()
-        if pulled or left <= 0:
+        if pulled or check.answered_before or left <= 0:
             metrics.PULLS.labels(insight.name).inc()
             if not pulled and wait_seconds and not connection.in_atomic_block:
                 # An idle puller's thread keeps no connection either: otherwise every thread a
@@ -109,17 +111,31 @@ def insight_pull(
         pause = min(pause * 2, 0.5)
 
 
-def pulled_before(*, insight: Insight, pull_request: str) -> list[PulledAgenda]:
-    """The still-open executions an earlier pull with this request leased, as it answered
-    them (an index probe on open executions: nothing when there are none)."""
+@dataclass(frozen=True)
+class _PullCheck:
+    """One check of a pull: what it leased or found leased under its request, and whether the
+    request was answered before (then no later check leases anything for it)."""
+
+    pulled: list[PulledAgenda]
+    answered_before: bool = False
+
+
+def pulled_before(*, insight: Insight, pull_request: str) -> _PullCheck:
+    """What earlier pulls with this request leased: the executions still open, as they were
+    answered, and whether there were any at all (an index probe on the executions leased
+    under a request id: at most one pull's count of rows)."""
     executions = list(
-        Execution.objects.filter(
-            insight_id=insight.pk, pull_request=pull_request, outcome__isnull=True
-        )
+        Execution.objects.filter(insight_id=insight.pk, pull_request=pull_request)
         .select_related("agenda__customer", "agenda__progress")
         .order_by("pk")
     )
-    return _with_operations([(execution.agenda.progress, execution) for execution in executions])
+    still_open = [execution for execution in executions if execution.outcome is None]
+    return _PullCheck(
+        pulled=_with_operations(
+            [(execution.agenda.progress, execution) for execution in still_open]
+        ),
+        answered_before=bool(executions),
+    )
 
 
 def _with_operations(claimed: list[tuple[AgendaProgress, Execution]]) -> list[PulledAgenda]:
@@ -140,22 +156,31 @@ def _with_operations(claimed: list[tuple[AgendaProgress, Execution]]) -> list[Pu
 def insight_pull_once(
     *, insight: Insight, worker: str, count: int, pull_request: str = ""
 ) -> list[PulledAgenda]:
-    """One check of a pull: the executions already leased under `pull_request` if there are
-    any, else a claim (`_claim`).
+    """One check of a pull (`_pull_check`): what it leased, or found leased under its request."""
+    return _pull_check(
+        insight=insight, worker=worker, count=count, pull_request=pull_request
+    ).pulled
+
+
+def _pull_check(*, insight: Insight, worker: str, count: int, pull_request: str) -> _PullCheck:
+    """One check of a pull: the executions already leased under `pull_request` if it was
+    answered before, else a claim (`_claim`).
 
     Checks of one pull request take turns: each runs in one transaction that first takes a
     transaction-scoped advisory lock on the request (so it holds under PgBouncer's transaction
     pooling too), looks for the other's leases, and claims — its inline fills included — only
-    when there are none. Checks without a request id take no lock and commit the claim and
-    each fill apart."""
+    when there are none, open or ended. Checks without a request id take no lock and commit
+    the claim and each fill apart."""
     if not pull_request:
-        return _claim(insight=insight, worker=worker, count=count, pull_request="")
+        return _PullCheck(_claim(insight=insight, worker=worker, count=count, pull_request=""))
     with transaction.atomic():
         _take_turn(pull_request)
-        again = pulled_before(insight=insight, pull_request=pull_request)
-        if again:
-            return again
-        return _claim(insight=insight, worker=worker, count=count, pull_request=pull_request)
+        before = pulled_before(insight=insight, pull_request=pull_request)
+        if before.answered_before:
+            return before
+        return _PullCheck(
+            _claim(insight=insight, worker=worker, count=count, pull_request=pull_request)
+        )
 
 
 def _take_turn(pull_request: str) -> None:

@@ -33,7 +33,8 @@ class PullRequestSerializer(serializers.Serializer):
         allow_blank=True,
         max_length=64,
         help_text="Chosen by the puller, new for every pull; repeating a pull with the same id "
-        "(its answer was lost) returns the executions the first one leased, not new ones.",
+        "(its answer was lost) returns the executions the first one leased that are still open, "
+        "never new ones: an id is answered once.",
     )
 
 

@@ -324,19 +324,24 @@ def test_a_request_id_is_the_pulling_users_own(
     assert mine[0].execution.pk != theirs[0].execution.pk
 
 
-def test_a_request_id_of_a_finished_execution_leases_anew(
+def test_a_request_id_answered_before_leases_nothing_more_once_its_executions_ended(
     submitter, submit_agenda, insight, fill, worker, report
 ):
-    for _ in range(2):
-        submit_agenda(submitter)
+    agendas = [submit_agenda(submitter) for _ in range(2)]
     fill(insight)
     (first,) = pull_service.insight_pull(
         principal=worker.user, insight=insight, worker="w", count=1, request_id="r"
     )
     report(first, state="succeeded")
+    (waiting,) = [agenda for agenda in agendas if agenda.pk != first.agenda.pk]
 
-    (second,) = pull_service.insight_pull(
-        principal=worker.user, insight=insight, worker="w", count=1, request_id="r"
+    started = time.monotonic()
+    again = pull_service.insight_pull(
+        principal=worker.user, insight=insight, worker="w", count=1, request_id="r", wait_seconds=10
     )
 
-    assert second.execution.pk != first.execution.pk
+    assert again == []
+    assert time.monotonic() - started < 5  # answered at once, not after the long poll
+    assert Execution.objects.count() == 1
+    assert state_of(waiting) == "queued"
+    assert list(QueuedAgenda.objects.values_list("agenda_id", flat=True)) == [waiting.pk]
