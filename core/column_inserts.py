@@ -3,10 +3,11 @@ set-based INSERTs on its hot path (the operations of every new agenda, its ready
 
 `bulk_create` builds an instance per row and prepares every field of every row in Python
 (a bulk submit of 100 spent a tenth of the web's CPU in those two inserts: bench.profile, py-spy
-on gunicorn, 2026-11-26). `insert_columns` sends only the columns that vary, one array each,
-and lets every other column take its model default once per statement — the same values a
+on gunicorn, 2026-11-26). `insert_columns` sends only the columns that vary, as rows of one
+JSON text, and lets every other column take its model default once per statement — the same values a
 `save()` would write, because they come from the same fields (`Field.get_default`,
-`auto_now`/`auto_now_add`). On PostgreSQL that is one `INSERT … SELECT … FROM unnest(…)`;
+`auto_now`/`auto_now_add`). On PostgreSQL that is one `INSERT … SELECT … FROM
+jsonb_array_elements(…)` over the rows sent as one JSON text (`core/column_rows.py`);
 elsewhere (the SQLite demo) it falls back to `bulk_create`.
 """
 
@@ -17,7 +18,8 @@ from datetime import datetime
 
 from django.db import connection
 
-from core.column_values import column_values, unbounded_type
+from core.column_rows import ROWS_SOURCE, cell_sql, rows_parameters
+from core.column_values import unbounded_type
 
 
 def insert_columns(model, columns: dict[str, Sequence], *, now: datetime) -> int:
@@ -43,9 +45,9 @@ def insert_columns(model, columns: dict[str, Sequence], *, now: datetime) -> int
         )
         return count
     sql, varying, constant = _statement(model, names, connection.vendor)
-    # The constants come first in the statement's text (its SELECT list), then the arrays.
+    # The constants come first in the statement's text (its SELECT list), then the rows.
     params = [now if field is None else value for field, value in constant()]
-    params += [column_values(field, columns[field.attname]) for field in varying]
+    params += rows_parameters(varying, [columns[field.attname] for field in varying])
     with connection.cursor() as cursor:
         cursor.execute(sql, params)
     return count
@@ -108,7 +110,7 @@ def _statement(model, names: tuple[str, ...], vendor: str):
         selected.append("gen_random_uuid()")
     for position, field in enumerate(varying):
         targets.append(quote(field.column))
-        selected.append(f"v.c{position}")
+        selected.append(cell_sql(position, field))
     for field in meta.concrete_fields:
         if field.attname in names or field.primary_key:
             continue
@@ -118,11 +120,9 @@ def _statement(model, names: tuple[str, ...], vendor: str):
         selected.append(f"%s::{unbounded_type(field)}")
         stamped = getattr(field, "auto_now", False) or getattr(field, "auto_now_add", False)
         constants.append(None if stamped else field)
-    arrays = ", ".join(f"%s::{unbounded_type(field)}[]" for field in varying)
-    aliases = ", ".join(f"c{position}" for position in range(len(varying)))
     sql = (
         f"INSERT INTO {quote(meta.db_table)} ({', '.join(targets)}) "
-        f"SELECT {', '.join(selected)} FROM unnest({arrays}) AS v({aliases})"
+        f"SELECT {', '.join(selected)} FROM {ROWS_SOURCE}"
     )
 
     def constant():

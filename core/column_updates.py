@@ -5,8 +5,9 @@ An `UPDATE … FROM (VALUES (%s, …), …)` sends a placeholder per cell: the r
 agendas' operations is 110 of them, past psycopg's cache of converted statements (at most 50
 parameters), so psycopg scanned and rebuilt the statement's text at every report — 15% of the
 CPU of a pull of 10 and its batch report in process (cProfile, 2026-11-27). `update_instances`
-sends one array per column: a statement whose text and parameter count do not depend on the
-rows, converted once per process. Off PostgreSQL (the SQLite demo) it is `bulk_update`.
+sends the rows as one JSON text (`core/column_rows.py`): a statement whose text and parameter
+count do not depend on the rows, converted once per process, and one parameter that the C JSON
+encoder writes. Off PostgreSQL (the SQLite demo) it is `bulk_update`.
 """
 
 import functools
@@ -15,7 +16,7 @@ from collections.abc import Sequence
 from django.db import connection
 from django.utils import timezone
 
-from core.column_values import column_values, unbounded_type
+from core.column_rows import ROWS_SOURCE, cell_sql, rows_parameters
 
 
 def update_instances(model, instances: Sequence, attnames: Sequence[str]) -> None:
@@ -34,10 +35,9 @@ def update_instances(model, instances: Sequence, attnames: Sequence[str]) -> Non
         model.objects.bulk_update(instances, list(names))
         return
     sql, fields = _statement(model, names, connection.vendor)
-    params = [
-        column_values(field, [getattr(instance, field.attname) for instance in instances])
-        for field in fields
-    ]
+    params = rows_parameters(
+        fields, [[getattr(instance, field.attname) for instance in instances] for field in fields]
+    )
     with connection.cursor() as cursor:
         cursor.execute(sql, params)
 
@@ -51,9 +51,9 @@ def _auto_now(model) -> tuple[str, ...]:
 
 @functools.cache
 def _statement(model, names: tuple[str, ...], vendor: str) -> tuple[str, list]:
-    """`UPDATE t SET c = v.c, … FROM unnest(%s::type[], …) AS v(pk, c, …) WHERE t.pk = v.pk`
-    for these attnames, and its fields in parameter order (the primary key first): built once
-    per process."""
+    """`UPDATE t SET c = v.c, … FROM (SELECT <cell 0> AS pk, <cell 1> AS c, … FROM
+    <the rows>) AS v WHERE t.pk = v.pk` for these attnames, and its
+    fields in the rows' cell order (the primary key first): built once per process."""
     meta = model._meta
     by_attname = {field.attname: field for field in meta.concrete_fields}
     unknown = set(names) - set(by_attname)
@@ -63,9 +63,12 @@ def _statement(model, names: tuple[str, ...], vendor: str) -> tuple[str, list]:
     quote = connection.ops.quote_name
     columns = [quote(field.column) for field in fields]
     assignments = ", ".join(f"{column} = v.{column}" for column in columns[1:])
-    arrays = ", ".join(f"%s::{unbounded_type(field)}[]" for field in fields)
+    cells = ", ".join(
+        f"{cell_sql(position, field)} AS {column}"
+        for position, (field, column) in enumerate(zip(fields, columns, strict=True))
+    )
     sql = (
         f"UPDATE {quote(meta.db_table)} AS t SET {assignments} "
-        f"FROM unnest({arrays}) AS v({', '.join(columns)}) WHERE t.{columns[0]} = v.{columns[0]}"
+        f"FROM (SELECT {cells} FROM {ROWS_SOURCE}) AS v WHERE t.{columns[0]} = v.{columns[0]}"
     )
     return sql, fields

@@ -1,6 +1,6 @@
 """A column of values as the database takes it, for the set-based writes of the hot paths
-(`core/column_inserts.py`, `core/column_updates.py`): each column is one array parameter, cast
-to its field's column type.
+(`core/column_inserts.py`, `core/column_updates.py`, through `core/column_rows.py`, which sends
+the columns as rows of one JSON text, each cell cast to its field's column type).
 """
 
 import functools
@@ -12,13 +12,13 @@ from django.db import DEFAULT_DB_ALIAS, connection, connections, models
 
 
 def column_values(field, values: Sequence) -> list:
-    """`values` prepared as `field.get_db_prep_save` prepares them, for an array parameter
-    cast to the field's column type (`unbounded_type(field)[]`).
+    """`values` prepared as `field.get_db_prep_save` prepares them, for cells cast to the
+    field's column type (`unbounded_type(field)`).
 
     A value that Django hands on as it is — a `str` for a text column, a `float`, a `bool`, a
     `UUID`, an aware `datetime`, None for any of them — skips the call (about 2.5 µs a value,
     a fifth of a report's CPU in process); so does an `int`, which Django only wraps to name
-    its integer type, which the array's cast names. Anything else, and every value of other
+    its integer type, which the cell's cast names. Anything else, and every value of other
     fields (JSON, which Django wraps for psycopg), goes through `get_db_prep_save`."""
     handed_on = _handed_on(field)
     prepare = field.get_db_prep_save
@@ -36,7 +36,8 @@ def column_values(field, values: Sequence) -> list:
 
 def _as_plain_int(prepare: Callable) -> Callable:
     """`prepare`, its integer unwrapped: Django wraps a prepared integer in psycopg's
-    Int2/Int4/Int8, which psycopg will not put in one array with a plain int."""
+    Int2/Int4/Int8, which psycopg will not put in one array with a plain int (and a set-based
+    write wants one type per column)."""
     return lambda value, database: int(prepare(value, database))
 
 

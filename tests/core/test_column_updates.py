@@ -8,6 +8,7 @@ from django.test.utils import CaptureQueriesContext
 from django.utils import timezone
 
 from agendas.models import AgendaProgress, Execution, OperationProgress
+from core.column_inserts import insert_columns
 from core.column_updates import update_instances
 
 pytestmark = pytest.mark.django_db
@@ -82,8 +83,8 @@ def test_the_statement_is_one_and_the_same_for_ten_rows_and_for_thirty(submitter
 
     assert len(sent) == 2
     assert sent[0] == sent[1]
-    # primary key, six columns, updated_at: an array each, under psycopg's 50 for its cache
-    assert sent[0][1] == 8
+    # primary key, six columns, updated_at: one JSON text of rows and their number
+    assert sent[0][1] == 2
 
 
 def test_no_instances_send_no_statement():
@@ -130,3 +131,39 @@ def test_an_integer_column_with_a_value_django_prepares_is_written_whole(submitt
         OperationProgress.objects.filter(pk__in=[first.pk, second.pk]).values_list("pk", "position")
     )
     assert stored == {first.pk: 7, second.pk: 8}
+
+
+def test_a_few_rows_are_found_by_their_primary_key_not_by_reading_the_whole_table(
+    submitter, submit_agenda
+):
+    operations = _operations(submitter, submit_agenda, 1)
+    progress = operations[0].agenda_progress
+    many = 5000  # more of the table's rows, written set-based
+    insert_columns(
+        OperationProgress,
+        {
+            "agenda_progress_id": [progress.pk] * many,
+            "customer_id": [progress.customer_id] * many,
+            "position": list(range(100, 100 + many)),
+            "name": [f"filler-{n}" for n in range(many)],
+            "type": ["noop"] * many,
+        },
+        now=timezone.now(),
+    )
+    with connection.cursor() as cursor:
+        cursor.execute(f"ANALYZE {OperationProgress._meta.db_table}")
+    sent = []
+
+    def capture(execute, sql, params, many, context):
+        sent.append((sql, params))
+        return execute(sql, params, many, context)
+
+    with connection.execute_wrapper(capture):
+        update_instances(OperationProgress, operations, OPERATION_COLUMNS)
+    ((sql, params),) = sent
+    with connection.cursor() as cursor:
+        cursor.execute(f"EXPLAIN {sql}", params)
+        plan = "\n".join(row[0] for row in cursor.fetchall())
+
+    assert "Index Scan using agendas_operationprogress_pkey" in plan, plan
+    assert "Seq Scan" not in plan, plan
