@@ -128,6 +128,8 @@ def _cycle_from(error: graphlib.CycleError, position: dict[str, int]) -> list[st
 def find_cycles(graph: dict[str, list[str]]) -> list[list[str]]:
     """Every separate dependency cycle, each as `[a, b, …, a]` (`a` waits for `b`), earliest
     first; operations of one reported cycle are left out of the search for the next."""
+    if not any(graph.values()):
+        return []  # no operation waits for another (most agendas): nothing can form a cycle
     position = {name: index for index, name in enumerate(graph)}
     remaining = {name: list(targets) for name, targets in graph.items()}
     cycles = []
