@@ -14,7 +14,13 @@ from rest_framework import status
 from rest_framework.request import Request
 from rest_framework.response import Response
 
-from core.api import CONFLICT_RESPONSE, ErrorSerializer, PopAPIView, validate_each
+from core.api import (
+    CONFLICT_RESPONSE,
+    ErrorSerializer,
+    PopAPIView,
+    shared_item_validator,
+    validate_each,
+)
 from resourcepools.models import Insight
 from resourcepools.selectors import insight_visible_get
 from scheduling.api.puller_examples import (
@@ -129,7 +135,9 @@ class ExecutionReportBatchView(PopAPIView):
         raws = payload.validated_data["reports"]
         results: dict[int, dict[str, Any]] = {}
         valid: list[tuple[int, dict[str, Any]]] = []
-        for index, (data, errors) in enumerate(validate_each(BatchReportItemSerializer(), raws)):
+        for index, (data, errors) in enumerate(
+            validate_each(shared_item_validator(BatchReportItemSerializer), raws)
+        ):
             if errors is None:
                 valid.append((index, data))
             else:
