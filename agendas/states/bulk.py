@@ -3,9 +3,11 @@ queueing, promotion of due agendas, closing executions, and the batch report's c
 Each leaves every row exactly as the one-by-one path in `machine` would.
 """
 
+import functools
 from collections.abc import Iterable, Mapping
 from datetime import datetime
 
+from django.db import connection
 from django.db.models import Case, Exists, OuterRef, TextField, Value, When
 
 from agendas.fill_nudge import fill_nudge
@@ -21,6 +23,7 @@ from agendas.states.machine import (
     _log_completed,
     _progress_enter,
     check_transition,
+    entry_sql,
     entry_update,
 )
 from agendas.states.operations import OpState, operation_apply_item
@@ -37,10 +40,30 @@ def progress_queue_many(
 
     `entries` are (agenda_id, customer_id) pairs chosen by the fairness picker. Progress rows
     are locked with SKIP LOCKED: an agenda someone is pausing or aborting right now stays where
-    it is (that transaction removes it from the queues) and the next fill looks again.
+    it is (that transaction removes it from the queues) and the next fill looks again. The
+    moved ones take consecutive positions from `first_position`, in `entries` order.
+
+    On PostgreSQL one statement locks, moves, unreadies and queues them (`_QUEUE_SQL`): the
+    three ORM statements it replaced each sent a hundred ids one placeholder apiece, past
+    psycopg's cache of converted statements, and cost a fill more than the rest of it.
     """
     if not entries:
         return []
+    if connection.vendor == "postgresql":
+        with connection.cursor() as cursor:
+            cursor.execute(
+                _queue_statement(connection.vendor),
+                {
+                    "agendas": [agenda_id for agenda_id, _ in entries],
+                    "customers": [customer_id for _, customer_id in entries],
+                    "ready": S.READY,
+                    "queued": S.QUEUED,
+                    "now": now,
+                    "insight": insight_id,
+                    "first": first_position,
+                },
+            )
+            return [row[0] for row in cursor.fetchall()]
     agenda_ids = [agenda_id for agenda_id, _ in entries]
     locked = set(
         AgendaProgress.objects.select_for_update(skip_locked=True)
@@ -67,6 +90,47 @@ def progress_queue_many(
         now=now,
     )
     return moved_ids
+
+
+_QUEUE_SQL = """
+WITH wanted AS (
+    SELECT w.agenda_id, w.customer_id, w.ord
+    FROM unnest(%(agendas)s::uuid[], %(customers)s::uuid[]) WITH ORDINALITY
+         AS w(agenda_id, customer_id, ord)
+), locked AS (
+    SELECT p.id, wanted.agenda_id, wanted.customer_id, wanted.ord
+    FROM {progress} p JOIN wanted ON wanted.agenda_id = p.agenda_id
+    WHERE p.state = %(ready)s
+    FOR UPDATE OF p SKIP LOCKED
+), moved AS (
+    UPDATE {progress} p SET state = %(queued)s, updated_at = %(now)s, {entering}
+    FROM locked WHERE p.id = locked.id
+    RETURNING p.agenda_id
+), placed AS (
+    SELECT locked.agenda_id, locked.customer_id,
+           %(first)s + row_number() OVER (ORDER BY locked.ord) - 1 AS position
+    FROM locked JOIN moved ON moved.agenda_id = locked.agenda_id
+), unready AS (
+    DELETE FROM {ready} r USING placed WHERE r.agenda_id = placed.agenda_id
+), queued AS (
+    INSERT INTO {queue} (agenda_id, insight_id, customer_id, position, queued_at)
+    SELECT placed.agenda_id, %(insight)s, placed.customer_id, placed.position, %(now)s
+    FROM placed
+)
+SELECT agenda_id FROM placed ORDER BY position
+"""
+
+
+@functools.cache
+def _queue_statement(vendor: str) -> str:
+    """`_QUEUE_SQL` with its tables and the queued state's entry, built once per process."""
+    quote = connection.ops.quote_name
+    return _QUEUE_SQL.format(
+        progress=quote(AgendaProgress._meta.db_table),
+        ready=quote(ReadyAgenda._meta.db_table),
+        queue=quote(QueuedAgenda._meta.db_table),
+        entering=entry_sql(S.QUEUED, table="p", now_parameter="now"),
+    )
 
 
 def progresses_leave_waiting(

@@ -107,11 +107,11 @@ def test_a_pull_of_10_from_a_full_queue_sends_6_statements(insight, submit_ready
     _assert_statements(captured, 6)
 
 
-def test_a_pull_of_10_from_a_drained_queue_fills_inline_in_20_statements(
+def test_a_pull_of_10_from_a_drained_queue_fills_inline_in_17_statements(
     insight, submit_ready, pull_client
 ):
     """The full-queue pull's first 5 up to and including a claim that comes up empty, then
-    the 13 of a fill (see the fill's pin) moving the queue's 10 and the pull's 10, a second
+    the 10 of a fill (see the fill's pin) moving the queue's 10 and the pull's 10, a second
     claim (1) and the operations (1). The queue is left full: the next pull fills nothing."""
     insight.queue_size = 10
     insight.save(update_fields=["queue_size"])
@@ -124,7 +124,7 @@ def test_a_pull_of_10_from_a_drained_queue_fills_inline_in_20_statements(
 
     assert len(pulled) == 10
     assert QueuedAgenda.objects.filter(insight=insight).count() == 10
-    _assert_statements(captured, 20)
+    _assert_statements(captured, 17)
 
 
 def test_a_batch_report_of_10_successes_sends_7_statements(
@@ -167,11 +167,11 @@ def test_a_batch_report_of_10_successes_sends_7_statements(
     _assert_statements(captured, 7)
 
 
-def test_a_fill_moving_10_sends_13_statements(insight, submit_ready):
+def test_a_fill_moving_10_sends_10_statements(insight, submit_ready):
     """The insight's try-lock (1); the insight (1); its schedule info, locked (1); the queue's
     length (1); the lanes (1); their customers' limits (1); the ready rows per lane (1); the
-    progress rows, locked (1); UPDATE progress (1); DELETE ready (1); INSERT queued (1);
-    UPDATE lanes (1); UPDATE schedule info (1)."""
+    progress rows locked and moved, their ready rows deleted and their queue rows inserted, in
+    one statement (1); UPDATE lanes (1); UPDATE schedule info (1)."""
     insight_fill(insight_id=insight.pk)  # warm: the insight's schedule info row
     submit_ready(10)
 
@@ -179,4 +179,4 @@ def test_a_fill_moving_10_sends_13_statements(insight, submit_ready):
         result = insight_fill(insight_id=insight.pk)
 
     assert result.moved == 10
-    _assert_statements(captured, 13)
+    _assert_statements(captured, 10)

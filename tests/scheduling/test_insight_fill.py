@@ -207,3 +207,43 @@ def test_fifo_fill_takes_the_oldest_even_past_the_first_rows_read(
     assert set(QueuedAgenda.objects.values_list("agenda_id", flat=True)) == {
         agenda.pk for agenda in older
     }
+
+
+@pytest.mark.skipif(connection.vendor != "postgresql", reason="SKIP LOCKED is PostgreSQL's")
+@pytest.mark.django_db(transaction=True)
+def test_a_fill_leaves_an_agenda_whose_progress_row_another_transaction_holds_ready(
+    submitter, submit_agenda, insight
+):
+    first, held, last = (submit_agenda(submitter) for _ in range(3))
+    locked, release, errors = threading.Event(), threading.Event(), []
+
+    def hold() -> None:
+        try:
+            with transaction.atomic():
+                AgendaProgress.objects.select_for_update().get(agenda=held)
+                locked.set()
+                release.wait(10)
+        except BaseException as error:
+            errors.append(error)
+        finally:
+            locked.set()
+            connection.close()
+
+    thread = threading.Thread(target=hold)
+    thread.start()
+    try:
+        assert locked.wait(10)
+        result = fill_service.insight_fill(insight_id=insight.pk)
+    finally:
+        release.set()
+        thread.join(10)
+
+    assert errors == []
+    assert result.moved == 2
+    # The two it moved take consecutive positions in the fill's order; the held one is untouched.
+    queued = list(QueuedAgenda.objects.order_by("position").values_list("agenda_id", "position"))
+    assert queued == [(first.pk, 1), (last.pk, 2)]
+    assert [state_of(agenda) for agenda in (first, held, last)] == ["queued", "ready", "queued"]
+    assert list(ReadyAgenda.objects.values_list("agenda_id", flat=True)) == [held.pk]
+    assert fill_service.insight_fill(insight_id=insight.pk).moved == 1  # the next fill takes it
+    assert QueuedAgenda.objects.get(agenda_id=held.pk).position == 3
