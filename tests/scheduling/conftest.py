@@ -1,7 +1,11 @@
 """Helpers to drive agendas through fill → pull → report with the real services."""
 
+import threading
+from collections.abc import Iterator
+from contextlib import contextmanager
+
 import pytest
-from django.db import connection
+from django.db import connection, transaction
 
 from agendas.models import Agenda, AgendaProgress, OperationProgress
 from scheduling import fill as fill_service
@@ -150,3 +154,33 @@ def clone_ready_agendas(source: Agenda, copies: int) -> None:
         cursor.execute("DROP TABLE pop_clones")
         for table in tables.values():
             cursor.execute(f"ANALYZE {table}")
+
+
+@contextmanager
+def progress_row_held(agenda: Agenda) -> Iterator[None]:
+    """Inside the block, another transaction (a thread's own connection) holds `agenda`'s
+    progress row locked, as a pause or an abort in flight would; it lets go after the block.
+    Needs `django_db(transaction=True)`: the thread's transaction must see committed rows."""
+    locked, release, errors = threading.Event(), threading.Event(), []
+
+    def hold() -> None:
+        try:
+            with transaction.atomic():
+                AgendaProgress.objects.select_for_update().get(agenda=agenda)
+                locked.set()
+                release.wait(10)
+        except BaseException as error:
+            errors.append(error)
+        finally:
+            locked.set()
+            connection.close()
+
+    thread = threading.Thread(target=hold)
+    thread.start()
+    try:
+        assert locked.wait(10)
+        yield
+    finally:
+        release.set()
+        thread.join(10)
+    assert errors == []

@@ -1,7 +1,6 @@
 """The pull claim (agendas/states/claim.py `queue_claim`): one statement on PostgreSQL, the same
 answer and the same side effects as the portable form, and the nudges a claim sends."""
 
-import threading
 from datetime import timedelta
 
 import pytest
@@ -14,7 +13,7 @@ from agendas import states
 from agendas.models import Agenda, AgendaProgress, Execution
 from scheduling import pull as pull_service
 from scheduling.models import CallbackDelivery, QueuedAgenda
-from tests.scheduling.conftest import state_of
+from tests.scheduling.conftest import progress_row_held, state_of
 
 pytestmark = pytest.mark.django_db
 
@@ -163,30 +162,9 @@ def test_claim_skips_an_agenda_whose_progress_row_another_transaction_holds(
 ):
     held, free = submit_agenda(submitter), submit_agenda(submitter)
     fill(insight)
-    locked, release, errors = threading.Event(), threading.Event(), []
-
-    def hold() -> None:
-        try:
-            with transaction.atomic():
-                AgendaProgress.objects.select_for_update().get(agenda=held)
-                locked.set()
-                release.wait(10)
-        except BaseException as error:
-            errors.append(error)
-        finally:
-            locked.set()
-            connection.close()
-
-    thread = threading.Thread(target=hold)
-    thread.start()
-    try:
-        assert locked.wait(10)
+    with progress_row_held(held):
         pulled = pull_service.insight_pull_once(insight=insight, worker="w1", count=10)
-    finally:
-        release.set()
-        thread.join(10)
 
-    assert errors == []
     assert [item.agenda.pk for item in pulled] == [free.pk]
     assert state_of(held) == "queued"
     assert list(QueuedAgenda.objects.values_list("agenda_id", flat=True)) == [held.pk]

@@ -12,7 +12,7 @@ from scheduling import fill as fill_service
 from scheduling.locks import insight_fill_try_lock
 from scheduling.models import CustomerLane, InsightScheduleInfo, QueuedAgenda, ReadyAgenda
 from tests.factories import CustomerFactory
-from tests.scheduling.conftest import state_of
+from tests.scheduling.conftest import progress_row_held, state_of
 
 pytestmark = pytest.mark.django_db
 
@@ -215,30 +215,9 @@ def test_a_fill_leaves_an_agenda_whose_progress_row_another_transaction_holds_re
     submitter, submit_agenda, insight
 ):
     first, held, last = (submit_agenda(submitter) for _ in range(3))
-    locked, release, errors = threading.Event(), threading.Event(), []
-
-    def hold() -> None:
-        try:
-            with transaction.atomic():
-                AgendaProgress.objects.select_for_update().get(agenda=held)
-                locked.set()
-                release.wait(10)
-        except BaseException as error:
-            errors.append(error)
-        finally:
-            locked.set()
-            connection.close()
-
-    thread = threading.Thread(target=hold)
-    thread.start()
-    try:
-        assert locked.wait(10)
+    with progress_row_held(held):
         result = fill_service.insight_fill(insight_id=insight.pk)
-    finally:
-        release.set()
-        thread.join(10)
 
-    assert errors == []
     assert result.moved == 2
     # The two it moved take consecutive positions in the fill's order; the held one is untouched.
     queued = list(QueuedAgenda.objects.order_by("position").values_list("agenda_id", "position"))
