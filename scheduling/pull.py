@@ -112,7 +112,7 @@ def insight_pull(
 
 
 @dataclass(frozen=True)
-class _PullCheck:
+class PullCheck:
     """One check of a pull: what it leased or found leased under its request, and whether the
     request was answered before (then no later check leases anything for it)."""
 
@@ -120,7 +120,7 @@ class _PullCheck:
     answered_before: bool = False
 
 
-def pulled_before(*, insight: Insight, pull_request: str) -> _PullCheck:
+def pulled_before(*, insight: Insight, pull_request: str) -> PullCheck:
     """What earlier pulls with this request leased: the executions still open, as they were
     answered, and whether there were any at all (an index probe on the executions leased
     under a request id: at most one pull's count of rows)."""
@@ -130,7 +130,7 @@ def pulled_before(*, insight: Insight, pull_request: str) -> _PullCheck:
         .order_by("pk")
     )
     still_open = [execution for execution in executions if execution.outcome is None]
-    return _PullCheck(
+    return PullCheck(
         pulled=_with_operations(
             [(execution.agenda.progress, execution) for execution in still_open]
         ),
@@ -162,7 +162,7 @@ def insight_pull_once(
     ).pulled
 
 
-def _pull_check(*, insight: Insight, worker: str, count: int, pull_request: str) -> _PullCheck:
+def _pull_check(*, insight: Insight, worker: str, count: int, pull_request: str) -> PullCheck:
     """One check of a pull: the executions already leased under `pull_request` if it was
     answered before, else a claim (`_claim`).
 
@@ -172,13 +172,13 @@ def _pull_check(*, insight: Insight, worker: str, count: int, pull_request: str)
     when there are none, open or ended. Checks without a request id take no lock and commit
     the claim and each fill apart."""
     if not pull_request:
-        return _PullCheck(_claim(insight=insight, worker=worker, count=count, pull_request=""))
+        return PullCheck(_claim(insight=insight, worker=worker, count=count, pull_request=""))
     with transaction.atomic():
         _take_turn(pull_request)
         before = pulled_before(insight=insight, pull_request=pull_request)
         if before.answered_before:
             return before
-        return _PullCheck(
+        return PullCheck(
             _claim(insight=insight, worker=worker, count=count, pull_request=pull_request)
         )
 
