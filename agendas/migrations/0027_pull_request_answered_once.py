@@ -5,6 +5,12 @@ from django.db import migrations, models
 # A pull's request id is answered once (docs/decisions.md, "A lost pull answer"): the index
 # over the executions leased under a request id now keeps them after they end, so a long poll
 # its client gave up on finds that its repeat was answered and leases nothing more.
+#
+# On a large live database (docs/deploy.md, "Upgrading a large live database") build it first:
+#   CREATE INDEX CONCURRENTLY execution_pull_request ON agendas_execution (pull_request)
+#       WHERE NOT (pull_request = '');
+#   DROP INDEX CONCURRENTLY execution_open_pull_request;
+# then `manage.py migrate agendas 0027 --fake`.
 
 
 class Migration(migrations.Migration):
