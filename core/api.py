@@ -91,8 +91,9 @@ def validate_each(
 
 
 @functools.cache
-def shared_item_validator(serializer_class: type[serializers.Serializer]) -> serializers.Serializer:
-    """One instance of a context-free item serializer for the whole process, for `validate_each`.
+def shared_validator(serializer_class: type[serializers.Serializer]) -> serializers.Serializer:
+    """One instance of a context-free serializer for the whole process: for `validate_each`, or
+    `.run_validation(request.data)` for a whole body (its errors flatten as `is_valid`'s do).
 
     DRF deep-copies a serializer's declared fields into every new instance, and each nested
     serializer's into its own on first use: for the batch report's items that was 4% of the

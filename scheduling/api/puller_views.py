@@ -5,7 +5,6 @@ operations are authorized by the execution's lease token (`X-POP-Lease`), not by
 them (docs/design.md §10.3).
 """
 
-from collections.abc import Mapping
 from typing import Any
 
 from django.http import Http404
@@ -18,7 +17,7 @@ from core.api import (
     CONFLICT_RESPONSE,
     ErrorSerializer,
     PopAPIView,
-    shared_item_validator,
+    shared_validator,
     validate_each,
 )
 from resourcepools.models import Insight
@@ -101,12 +100,7 @@ class ExecutionReportView(PopAPIView):
         examples=REPORT_EXAMPLES,
     )
     def post(self, request: Request, pk: str) -> Response:
-        if isinstance(request.data, Mapping) and not request.data:
-            fields = {}  # a heartbeat: what ReportSerializer makes of an empty body
-        else:
-            payload = ReportSerializer(data=request.data)
-            payload.is_valid(raise_exception=True)
-            fields = payload.validated_data
+        fields = shared_validator(ReportSerializer).run_validation(request.data)
         answer = execution_report(
             execution_id=pk, lease_token=request.headers.get(LEASE_HEADER, ""), **fields
         )
@@ -136,7 +130,7 @@ class ExecutionReportBatchView(PopAPIView):
         results: dict[int, dict[str, Any]] = {}
         valid: list[tuple[int, dict[str, Any]]] = []
         for index, (data, errors) in enumerate(
-            validate_each(shared_item_validator(BatchReportItemSerializer), raws)
+            validate_each(shared_validator(BatchReportItemSerializer), raws)
         ):
             if errors is None:
                 valid.append((index, data))

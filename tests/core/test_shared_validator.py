@@ -1,11 +1,11 @@
-"""One item serializer shared by every request and thread (core/api.py `shared_item_validator`)
+"""One item serializer shared by every request and thread (core/api.py `shared_validator`)
 validates as a new instance per request does, and builds nothing while it is shared."""
 
 import copy
 import threading
 import uuid
 
-from core.api import shared_item_validator, validate_each
+from core.api import shared_validator, validate_each
 from scheduling.api.puller_serializers import BatchReportItemSerializer
 
 GOOD = {
@@ -29,17 +29,17 @@ ITEMS = [
 def test_the_shared_instance_validates_as_a_new_instance_does_good_and_bad_items_alike():
     fresh = validate_each(BatchReportItemSerializer(), copy.deepcopy(ITEMS))
 
-    shared = validate_each(shared_item_validator(BatchReportItemSerializer), copy.deepcopy(ITEMS))
-    again = validate_each(shared_item_validator(BatchReportItemSerializer), copy.deepcopy(ITEMS))
+    shared = validate_each(shared_validator(BatchReportItemSerializer), copy.deepcopy(ITEMS))
+    again = validate_each(shared_validator(BatchReportItemSerializer), copy.deepcopy(ITEMS))
 
     assert shared == fresh == again
     assert [errors is None for _, errors in shared] == [True, False, False, False, False, True]
 
 
 def test_one_instance_per_class_its_fields_and_nested_fields_built_before_it_is_shared():
-    validator = shared_item_validator(BatchReportItemSerializer)
+    validator = shared_validator(BatchReportItemSerializer)
 
-    assert shared_item_validator(BatchReportItemSerializer) is validator
+    assert shared_validator(BatchReportItemSerializer) is validator
     assert "fields" in vars(validator)
     operations = validator.fields["operations"].child
     assert "fields" in vars(operations)
@@ -48,7 +48,7 @@ def test_one_instance_per_class_its_fields_and_nested_fields_built_before_it_is_
 
 
 def test_threads_sharing_it_each_get_their_own_items_answers():
-    validator = shared_item_validator(BatchReportItemSerializer)
+    validator = shared_validator(BatchReportItemSerializer)
     expected = validate_each(BatchReportItemSerializer(), copy.deepcopy(ITEMS))
     found: list[object] = []
     start = threading.Barrier(8)
