@@ -66,8 +66,10 @@ def _json_form(value):
         convert = next(
             (found for base, found in _CONVERSIONS.items() if isinstance(value, base)), None
         )
-    if convert is None:
-        raise TypeError(f"no JSON form for a prepared {kind.__name__} value")
+        if convert is None:
+            raise TypeError(f"no JSON form for a prepared {kind.__name__} value")
+        # A subclass (a state's choices enum, in every progress row) is looked up once.
+        _CONVERSIONS[kind] = convert
     return convert(value)
 
 
