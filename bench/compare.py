@@ -44,6 +44,7 @@ PHASES = {
     "fairness": "bench.fairness",
     "rate": "bench.rate_limit",
     "reap": "bench.reap",
+    "partitions": "bench.partitions",
     "alerts": "bench.alerts",
     "history": "bench.history",
 }
@@ -59,6 +60,7 @@ NEEDS_TEMPLATE = {
     "fairness",
     "rate",
     "reap",
+    "partitions",
     "alerts",
     "history",
 }

@@ -58,9 +58,20 @@ def add_customers(pool_id: str, count: int) -> list[str]:
     return [str(customer.pk) for customer in created]
 
 
-def build_terminal(dbname: str, *, insight_id: str, customer_ids: list[str], count: int) -> None:
-    """`count` succeeded agendas completed 40 days ago, round robin over `customer_ids`, each
-    with progress, 3 succeeded operations and its one (current) execution."""
+FORTY_DAYS_AGO = "now() - interval '40 days' - g * interval '1 millisecond'"
+
+
+def build_terminal(
+    dbname: str,
+    *,
+    insight_id: str,
+    customer_ids: list[str],
+    count: int,
+    done_sql: str = FORTY_DAYS_AGO,
+) -> None:
+    """`count` succeeded agendas created and completed at `done_sql` (an SQL expression of the
+    row number `g`; default 40 days ago), round robin over `customer_ids`, each with progress,
+    3 succeeded operations and its one (current) execution."""
     with psycopg.connect(dsn(dbname)) as conn:
         for first in range(0, count, 50_000):
             size = min(50_000, count - first)
@@ -68,7 +79,7 @@ def build_terminal(dbname: str, *, insight_id: str, customer_ids: list[str], cou
                 "CREATE TEMP TABLE bench_new ON COMMIT DROP AS "
                 "SELECT gen_random_uuid() AS id, gen_random_uuid() AS progress_id, "
                 "gen_random_uuid() AS execution_id, (%s::uuid[])[1 + g %% %s] AS customer_id, "
-                "now() - interval '40 days' - g * interval '1 millisecond' AS done "
+                f"{done_sql} AS done "
                 "FROM generate_series(%s::int, %s::int) g",
                 [customer_ids, len(customer_ids), first, first + size - 1],
             )
