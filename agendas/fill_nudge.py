@@ -11,6 +11,9 @@ enqueues is named by the POP_FILL_NUDGE_TASK setting.
 Nudges are also coalesced across processes: at most one fill task per insight waits for the
 cluster (`PendingFillNudge`), so a cluster outage leaves one task per insight to replay, not
 one per nudge.
+
+With POP_FILL_NUDGE=notify (PostgreSQL) a nudge is one `pg_notify` on FILL_NUDGE_CHANNEL
+instead of a task: the ticker listens and fills (scheduling/fill_listener.py).
 """
 
 import logging
@@ -44,11 +47,22 @@ _trailing_nudges: dict[str, tuple[float, str]] = {}
 _nudge_lock = threading.Lock()
 _nudge_wakeup = threading.Condition(_nudge_lock)
 _nudge_thread: threading.Thread | None = None
+# The LISTEN/NOTIFY channel of POP_FILL_NUDGE=notify; each payload is one insight id.
+FILL_NUDGE_CHANNEL = "pop_fill_nudge"
+
+
+def fill_nudge_mode() -> str:
+    """POP_FILL_NUDGE: `notify` is read as `async` off PostgreSQL, which has no LISTEN/NOTIFY."""
+    mode = getattr(settings, "POP_FILL_NUDGE", "async")
+    if mode == "notify" and connection.vendor != "postgresql":
+        return "async"
+    return mode
 
 
 def fill_nudge(insight_ids: Iterable[object]) -> None:
-    """After commit, enqueue a fill of each insight whose queue has room (POP_FILL_NUDGE)."""
-    mode = getattr(settings, "POP_FILL_NUDGE", "async")
+    """After commit, ask for a fill of each insight (POP_FILL_NUDGE): a task for those whose
+    queue has room, or a notification."""
+    mode = fill_nudge_mode()
     ids = sorted({str(insight_id) for insight_id in insight_ids})
     if not ids or mode == "off":
         return
@@ -121,6 +135,17 @@ def _trailing_nudges_loop() -> None:
 
 
 def _fill_nudge_send(insight_ids: list[str], mode: str) -> None:
+    if mode == "notify":
+        # The listener's fill checks the room itself, in the same lock as its moves.
+        with _nudge_lock:
+            for pk in insight_ids:
+                _last_nudge[pk] = time.monotonic()
+        with connection.cursor() as cursor:
+            cursor.execute(
+                "SELECT pg_notify(%s, id) FROM unnest(%s::text[]) AS id",
+                [FILL_NUDGE_CHANNEL, insight_ids],
+            )
+        return
     with_room = (
         Insight.objects.filter(pk__in=insight_ids)
         .annotate(queued=Count("queued_agendas"))

@@ -3,7 +3,8 @@ pullers.
 
 Server side: `gunicorn popsite.wsgi` with 2 workers × 8 threads (gthread: a long-polling pull
 holds a thread, not a worker), and one `manage.py qcluster` (2 workers) for the fill nudges
-and the periodic fill, POP_FILL_NUDGE=async, both on this phase's database.
+and the periodic fill (POP_FILL_NUDGE at its default, `notify`: the ticker listens for the
+nudges), both on this phase's database.
 Client side, all through `popclient.PopClient`: one submitter process (`agendas/bulk/`, 100
 per request, 5 customers in turn) and 4 puller processes (pull 10 with wait_seconds=1, then
 one batch report per pull with every operation and the agenda succeeded).
@@ -411,7 +412,7 @@ def run(*, quick: bool) -> PhaseResult:
         django_setup(dbname)
         world = make_world(customers=CUSTOMERS, queue_size=QUEUE_SIZE)
         close_django_connections()
-        env = {"POP_FILL_NUDGE": "async", "POP_Q_WORKERS": "2", "DATABASE_CONN_MAX_AGE": "600"}
+        env = {"POP_Q_WORKERS": "2", "DATABASE_CONN_MAX_AGE": "600"}
         servers.manage(dbname, "pop_schedules", **env)
         port = servers.free_port()
         url = f"http://127.0.0.1:{port}"

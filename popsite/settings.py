@@ -391,8 +391,10 @@ POP_AUDIT_RETENTION_DAYS = env.int("POP_AUDIT_RETENTION_DAYS", default=None)
 POP_FILL_NUDGE_TASK = "scheduling.tasks.insight_fill"
 # Runs a job of actions on a set of agendas (agendas/bulk_actions.py) once it is recorded.
 POP_ACTIONS_TASK = "scheduling.tasks.agenda_actions"
-# Nudge a fill through django-q2 (async) or run it in the request's on_commit hook (sync).
-POP_FILL_NUDGE = env.str("POP_FILL_NUDGE", default="async")
+# How a fill is nudged: a notification the ticker listens for (notify; PostgreSQL only, read as
+# async elsewhere), a django-q2 task (async), the fill in the request's on_commit hook (sync),
+# or not at all (off).
+POP_FILL_NUDGE = env.str("POP_FILL_NUDGE", default="notify")
 # At most one fill nudge per insight and process within this many seconds.
 POP_FILL_NUDGE_MIN_INTERVAL = env.float("POP_FILL_NUDGE_MIN_INTERVAL", default=0.02)
 # Sub-minute processes run in a ticker task of links this long (scheduling/recurring.py).

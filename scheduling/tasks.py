@@ -21,6 +21,7 @@ from scheduling import timed as timed_service
 from scheduling.alerts import alerts_evaluate
 from scheduling.callbacks import callbacks_deliver
 from scheduling.cron_services import schedules_run_due
+from scheduling.fill_listener import fill_nudged_until
 from scheduling.locks import single_flight
 from scheduling.recurring import TICKER_FUNC, TICKER_NAME, ticked
 
@@ -142,7 +143,8 @@ def ticker(generation: str | None = None, due: dict[str, float] | None = None) -
         if time.time() >= ends:
             break
         wake = min([*(due.get(entry.name, 0.0) for entry in entries), ends])
-        time.sleep(max(0.0, min(wake - time.time(), ends - time.time())))
+        # Sleeps, or with POP_FILL_NUDGE=notify fills the insights nudged meanwhile.
+        fill_nudged_until(min(wake, ends))
         current = _through_outages(ticker_generation, until=ends)
         if current is not None and current != generation:
             return "superseded"

@@ -118,7 +118,6 @@ def run(*, agendas: int, customers: int, timeout: float, dbname: str, keep: bool
     say(f"cluster demo: {agendas} agendas of {customers} customers; logs in {logs}")
     migrate_template(dbname)
     env = {
-        "POP_FILL_NUDGE": "async",
         "POP_FILL_INTERVAL": "1",
         "POP_PROMOTE_INTERVAL": "1",
         "POP_RECLAIM_INTERVAL": "2",

@@ -1,0 +1,65 @@
+"""Fill nudges over PostgreSQL's LISTEN/NOTIFY (POP_FILL_NUDGE=notify, docs/design.md §6.2).
+
+A nudge in this mode is one `pg_notify` after the commit that asks for it (agendas/fill_nudge.py):
+no task row, no room check, no wait for the cluster's next poll of its task table. The ticker
+(scheduling/tasks.py) listens on the channel between its ticks and fills each nudged insight as
+the nudges arrive, several nudges of one insight at once in one fill. Nothing depends on a
+notification arriving: one sent while no ticker listens (a link's hand-over, a cluster
+restart) is dropped by PostgreSQL, and the periodic fill and the pulls' own fills pick the work
+up, as they do for a lost nudge task.
+"""
+
+import logging
+import time
+import uuid
+
+from django.db import connection
+
+from agendas.fill_nudge import FILL_NUDGE_CHANNEL, fill_nudge_mode
+from scheduling import fill as fill_service
+
+logger = logging.getLogger("pop.scheduling")
+# The psycopg connection this process LISTENs on: a new one (Django reconnected) must LISTEN again.
+_listening_on: object = None
+
+
+def fill_nudged_until(deadline: float) -> int:
+    """Until `deadline` (time.time()), fill each insight nudged over NOTIFY as its nudges
+    arrive; return the number of fills. Without the notify mode it only sleeps."""
+    if fill_nudge_mode() != "notify":
+        time.sleep(max(0.0, deadline - time.time()))
+        return 0
+    listener = _listening_connection()
+    fills = 0
+    while (remaining := deadline - time.time()) > 0:
+        nudged = {notify.payload for notify in listener.notifies(timeout=remaining, stop_after=1)}
+        nudged |= {notify.payload for notify in listener.notifies(timeout=0)}
+        for insight_id in sorted(_insight_ids(nudged)):
+            try:
+                fill_service.insight_fill(insight_id=insight_id)
+                fills += 1
+            except Exception:  # one insight's error spares the others, as in the periodic fill
+                logger.exception("nudged fill of insight %s failed", insight_id)
+    return fills
+
+
+def _listening_connection():
+    """Django's connection of this thread, listening on the nudge channel."""
+    global _listening_on
+    connection.ensure_connection()
+    raw = connection.connection
+    if _listening_on is not raw:
+        with connection.cursor() as cursor:
+            cursor.execute(f"LISTEN {FILL_NUDGE_CHANNEL}")
+        _listening_on = raw
+    return raw
+
+
+def _insight_ids(payloads: set[str]) -> set[uuid.UUID]:
+    found = set()
+    for payload in payloads:
+        try:
+            found.add(uuid.UUID(payload))
+        except ValueError:
+            logger.warning("fill nudge with a payload that is no insight id: %.60r", payload)
+    return found
