@@ -13,7 +13,8 @@ import logging
 import time
 import uuid
 
-from django.db import connection
+import psycopg
+from django.db import DatabaseError, connection
 
 from agendas.fill_nudge import FILL_NUDGE_CHANNEL, fill_nudge_mode
 from scheduling import fill as fill_service
@@ -25,22 +26,35 @@ _listening_on: object = None
 
 def fill_nudged_until(deadline: float) -> int:
     """Until `deadline` (time.time()), fill each insight nudged over NOTIFY as its nudges
-    arrive; return the number of fills. Without the notify mode it only sleeps."""
+    arrive; return the number of fills. Without the notify mode it only sleeps; so it does
+    after losing the database, which the ticker's next tick reconnects to (and listens on
+    again)."""
     if fill_nudge_mode() != "notify":
-        time.sleep(max(0.0, deadline - time.time()))
+        _sleep_until(deadline)
         return 0
-    listener = _listening_connection()
     fills = 0
-    while (remaining := deadline - time.time()) > 0:
-        nudged = {notify.payload for notify in listener.notifies(timeout=remaining, stop_after=1)}
-        nudged |= {notify.payload for notify in listener.notifies(timeout=0)}
-        for insight_id in sorted(_insight_ids(nudged)):
-            try:
-                fill_service.insight_fill(insight_id=insight_id)
-                fills += 1
-            except Exception:  # one insight's error spares the others, as in the periodic fill
-                logger.exception("nudged fill of insight %s failed", insight_id)
+    try:
+        listener = _listening_connection()
+        while (remaining := deadline - time.time()) > 0:
+            nudged = {n.payload for n in listener.notifies(timeout=remaining, stop_after=1)}
+            nudged |= {n.payload for n in listener.notifies(timeout=0)}
+            for insight_id in sorted(_insight_ids(nudged)):
+                try:
+                    fill_service.insight_fill(insight_id=insight_id)
+                    fills += 1
+                except Exception:  # one insight's error spares the others, as the periodic fill
+                    # (a lost connection shows at the next wait, handled below).
+                    logger.exception("nudged fill of insight %s failed", insight_id)
+    except (DatabaseError, psycopg.Error) as error:
+        # Nudges sent meanwhile are lost; the periodic fill and the pulls' fills cover them.
+        logger.warning("fill nudges: not listening until the next tick (%s)", error)
+        connection.close()
+        _sleep_until(deadline)
     return fills
+
+
+def _sleep_until(deadline: float) -> None:
+    time.sleep(max(0.0, deadline - time.time()))
 
 
 def _listening_connection():

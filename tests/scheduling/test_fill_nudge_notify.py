@@ -143,3 +143,21 @@ def test_the_ticker_fills_an_insight_nudged_between_its_ticks(
     progress = AgendaProgress.objects.get(agenda=agenda)
     assert progress.state == AgendaProgress.State.QUEUED
     assert progress.updated_at - at < timedelta(seconds=0.5)  # not at the next periodic fill
+
+
+def test_a_lost_connection_ends_the_wait_quietly_and_the_next_one_listens_again(
+    submitter, submit_agenda, insight, caplog
+):
+    fill_listener._listening_connection()
+    connection.connection.close()  # the server went away under the listening session
+    started = time.monotonic()
+
+    fills = fill_listener.fill_nudged_until(time.time() + 0.3)
+
+    assert fills == 0
+    assert time.monotonic() - started >= 0.25  # it still waited, as a sleep would
+    assert "not listening until the next tick" in caplog.text
+    fill_listener._listening_connection()  # a new session, listening again
+    agenda = submit_agenda(submitter)
+    assert fill_listener.fill_nudged_until(time.time() + 0.3) == 1
+    assert state_of(agenda) == AgendaProgress.State.QUEUED
