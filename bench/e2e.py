@@ -1,12 +1,13 @@
 """End to end, in-process: a bulk submitter + fill on its schedule and on demand + 2 pullers.
 
 Processes (forked, each with its own connection): one submitter (`agendas_submit_many`,
-batches of 100, 5 customers in turn), one periodic filler (`insights_fill` every
-POP_FILL_INTERVAL = 2 s), two pullers (`insight_pull` count 10 + one `execution_report_batch`
-per pull). Fill nudges run in-process right after the commit that asks for them
-(POP_FILL_NUDGE=sync: there is no django-q2 cluster in this phase). The insight's queue_size
-is 100. Figures come from database timestamps over agendas that reached a terminal state;
-the whole machine's CPU per terminal agenda is read from /proc/stat over the run.
+batches of 100, 5 customers in turn), one filler in the cluster's place (`insights_fill` every
+POP_FILL_INTERVAL = 2 s, and in between the fills of the insights nudged over LISTEN/NOTIFY, as
+the ticker does them: POP_FILL_NUDGE=notify, the default), two pullers (`insight_pull` count
+10 + one `execution_report_batch` per pull; a pull that comes up short fills inline). The
+insight's queue_size is 100. Figures come from database timestamps over agendas that reached
+a terminal state; the whole machine's CPU per terminal agenda is read from /proc/stat over the
+run.
 """
 
 from __future__ import annotations
@@ -104,7 +105,7 @@ def run(*, quick: bool) -> PhaseResult:
     )
     started = time.perf_counter()
     with bench_database("pop_bench_e2e") as dbname:
-        django_setup(dbname, POP_FILL_NUDGE="sync", POP_FILL_INTERVAL=str(FILL_PERIOD))
+        django_setup(dbname, POP_FILL_NUDGE="notify", POP_FILL_INTERVAL=str(FILL_PERIOD))
         world = make_world(customers=CUSTOMERS, queue_size=QUEUE_SIZE)
         close_django_connections()
         vacuum_analyze(dbname)

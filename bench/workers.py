@@ -28,15 +28,20 @@ def submitter(world: World, customer_ids: list[str], total: int, seconds: float,
 
 
 def filler(world: World, period: float, stop) -> None:
-    """The periodic fill of docs/design.md §6.2 (every `period` seconds) until `stop` is set."""
+    """The cluster's part, until `stop` is set: the periodic fill of docs/design.md §6.2 every
+    `period` seconds, and in between, with POP_FILL_NUDGE=notify, the fills of the nudged
+    insights as the ticker does them (scheduling/fill_listener.py)."""
     from django.db import close_old_connections
 
     from scheduling.fill import insights_fill
+    from scheduling.fill_listener import fill_nudged_until
 
     while not stop.is_set():
         insights_fill()
         close_old_connections()
-        stop.wait(period)
+        next_fill = time.time() + period
+        while not stop.is_set() and time.time() < next_fill:
+            fill_nudged_until(min(next_fill, time.time() + 0.25))
 
 
 def puller(world: World, count: int, stop, out, *, wait_seconds: float = 0.5) -> None:
