@@ -195,6 +195,13 @@ def run(*, quick: bool) -> PhaseResult:
             f"{reap_wal / max(drop_wal, 1):.0f} × less WAL"
         ),
     )
+    result.add("WAL of the month's reap: agendas_reap (live tables)", reap_wal / 1e6, "MB")
+    result.add(
+        "… month_drop (partitioned)",
+        drop_wal / 1e6,
+        "MB",
+        note=f"{reap_wal / max(drop_wal, 1):.0f} × less WAL",
+    )
     result.add(
         "one agenda's progress by agenda id: live table",
         live[0],
