@@ -30,12 +30,11 @@ from bench.common import (
     close_django_connections,
     django_setup,
     dsn,
-    make_world,
     phase_main,
     say,
     vacuum_analyze,
 )
-from bench.reap import add_customers, build_terminal, counted_reap, row_counts
+from bench.reap import build_terminal, counted_reap, row_counts, world_with_customers
 
 SCHEMA_SQL = Path(__file__).resolve().parent.parent / "deploy/postgresql/partitioned-history.sql"
 CUSTOMERS = 100
@@ -84,12 +83,9 @@ def run(*, quick: bool) -> PhaseResult:
     started = time.perf_counter()
     with bench_database("pop_bench_partitions") as dbname:
         django_setup(dbname, POP_FILL_NUDGE="off")
-        from resourcepools.models import Customer, Insight
+        from resourcepools.models import Customer
 
-        world = make_world(customers=0)
-        pool_id = Insight.objects.get(pk=world.insight_id).resource_pool_id
-        customer_ids = add_customers(pool_id, CUSTOMERS)
-        close_django_connections()
+        world, customer_ids = world_with_customers(CUSTOMERS)
         build_terminal(
             dbname,
             insight_id=world.insight_id,

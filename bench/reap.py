@@ -18,6 +18,7 @@ import psycopg
 
 from bench.common import (
     PhaseResult,
+    World,
     bench_database,
     close_django_connections,
     django_setup,
@@ -56,6 +57,18 @@ def add_customers(pool_id: str, count: int) -> list[str]:
         batch_size=5000,
     )
     return [str(customer.pk) for customer in created]
+
+
+def world_with_customers(count: int) -> tuple[World, list[str]]:
+    """A world whose pool has `count` customers of `add_customers` (and none of its own); the
+    Django connection is closed afterwards, for the set-based builders that follow."""
+    from resourcepools.models import Insight
+
+    world = make_world(customers=0)
+    pool_id = Insight.objects.get(pk=world.insight_id).resource_pool_id
+    customer_ids = add_customers(pool_id, count)
+    close_django_connections()
+    return world, customer_ids
 
 
 FORTY_DAYS_AGO = "now() - interval '40 days' - g * interval '1 millisecond'"
@@ -181,12 +194,9 @@ def run(*, quick: bool) -> PhaseResult:
         django_setup(dbname, POP_FILL_NUDGE="off")
         from django.conf import settings
 
-        from resourcepools.models import Customer, Insight
+        from resourcepools.models import Customer
 
-        world = make_world(customers=0)
-        pool_id = Insight.objects.get(pk=world.insight_id).resource_pool_id
-        customer_ids = add_customers(pool_id, CUSTOMERS)
-        close_django_connections()
+        world, customer_ids = world_with_customers(CUSTOMERS)
         building = time.perf_counter()
         build_terminal(
             dbname,
