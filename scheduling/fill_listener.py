@@ -10,10 +10,12 @@ up, as they do for a lost nudge task.
 """
 
 import logging
+import math
 import time
 import uuid
 
 import psycopg
+from django.conf import settings
 from django.db import DatabaseError, connection
 
 from agendas.fill_nudge import FILL_NUDGE_CHANNEL, fill_nudge_mode
@@ -22,6 +24,9 @@ from scheduling import fill as fill_service
 logger = logging.getLogger("pop.scheduling")
 # The psycopg connection this process LISTENs on: a new one (Django reconnected) must LISTEN again.
 _listening_on: object = None
+# Per insight: when its last nudged fill started, and when a deferred one falls due (monotonic).
+_filled_at: dict[uuid.UUID, float] = {}
+_due: dict[uuid.UUID, float] = {}
 
 
 def fill_nudged_until(deadline: float) -> int:
@@ -32,13 +37,25 @@ def fill_nudged_until(deadline: float) -> int:
     if fill_nudge_mode() != "notify":
         _sleep_until(deadline)
         return 0
+    interval = float(getattr(settings, "POP_FILL_LISTEN_INTERVAL", 0.1))
     fills = 0
     try:
         listener = _listening_connection()
         while (remaining := deadline - time.time()) > 0:
-            nudged = {n.payload for n in listener.notifies(timeout=remaining, stop_after=1)}
+            next_due = min(_due.values(), default=math.inf) - time.monotonic()
+            wait = max(0.0, min(remaining, next_due))
+            nudged = {n.payload for n in listener.notifies(timeout=wait, stop_after=1)}
             nudged |= {n.payload for n in listener.notifies(timeout=0)}
-            for insight_id in sorted(_insight_ids(nudged)):
+            for insight_id in _insight_ids(nudged):
+                # At most one nudged fill per insight within the interval: a nudge inside it
+                # is deferred to its end, never dropped. A short queue drained by every pull
+                # would otherwise be refilled here after each one, in fills of a few rows that
+                # race the pulls' own inline fills (docs/decisions.md).
+                _due.setdefault(insight_id, _filled_at.get(insight_id, -math.inf) + interval)
+            now = time.monotonic()
+            for insight_id in sorted(pk for pk, at in _due.items() if at <= now):
+                del _due[insight_id]
+                _filled_at[insight_id] = time.monotonic()
                 try:
                     fill_service.insight_fill(insight_id=insight_id)
                     fills += 1

@@ -27,8 +27,12 @@ pytestmark = [
 def _notify_mode(settings):
     settings.POP_FILL_NUDGE = "notify"
     fill_nudge._last_nudge.clear()
+    fill_listener._filled_at.clear()
+    fill_listener._due.clear()
     yield
     fill_nudge._last_nudge.clear()
+    fill_listener._filled_at.clear()
+    fill_listener._due.clear()
     fill_listener._listening_on = None
 
 
@@ -161,3 +165,22 @@ def test_a_lost_connection_ends_the_wait_quietly_and_the_next_one_listens_again(
     agenda = submit_agenda(submitter)
     assert fill_listener.fill_nudged_until(time.time() + 0.3) == 1
     assert state_of(agenda) == AgendaProgress.State.QUEUED
+
+
+def test_a_nudge_inside_the_listen_interval_is_filled_at_its_end_not_dropped(
+    settings, submitter, submit_agenda, insight
+):
+    settings.POP_FILL_LISTEN_INTERVAL = 0.6
+    settings.POP_FILL_NUDGE_MIN_INTERVAL = 0
+    fill_listener._listening_connection()
+    first = submit_agenda(submitter)
+    assert fill_listener.fill_nudged_until(time.time() + 0.1) == 1  # filled at once
+    filled = AgendaProgress.objects.get(agenda=first).updated_at
+    second = submit_agenda(submitter)  # nudged 0.1 s after the first fill
+
+    assert fill_listener.fill_nudged_until(time.time() + 0.2) == 0  # inside the interval
+    assert state_of(second) == AgendaProgress.State.READY
+    assert fill_listener.fill_nudged_until(time.time() + 0.6) == 1  # at its end
+    progress = AgendaProgress.objects.get(agenda=second)
+    assert progress.state == AgendaProgress.State.QUEUED
+    assert timedelta(seconds=0.55) <= progress.updated_at - filled < timedelta(seconds=0.9)
