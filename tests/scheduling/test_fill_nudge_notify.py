@@ -91,8 +91,8 @@ def test_a_nudge_from_another_connection_wakes_the_wait_at_once(
     progress = AgendaProgress.objects.get(agenda=agenda)
     assert fills == 1
     assert progress.state == AgendaProgress.State.QUEUED
-    # Queued within a fill's time of the nudge, not at the wait's end 1.2 s later.
-    assert timedelta(0) <= progress.updated_at - sent[0] < timedelta(seconds=0.5)
+    # Queued as the nudge arrived, well before the wait's end 1.2 s later.
+    assert timedelta(0) <= progress.updated_at - sent[0] < timedelta(seconds=1.0)
 
 
 def test_a_payload_that_is_no_insight_id_is_skipped_and_logged(submitter, submit_agenda, caplog):
@@ -146,7 +146,8 @@ def test_the_ticker_fills_an_insight_nudged_between_its_ticks(
     [(agenda, at)] = submitted
     progress = AgendaProgress.objects.get(agenda=agenda)
     assert progress.state == AgendaProgress.State.QUEUED
-    assert progress.updated_at - at < timedelta(seconds=0.5)  # not at the next periodic fill
+    # Filled within the link that heard the nudge, not at the next periodic fill (60 s).
+    assert progress.updated_at - at < timedelta(seconds=1.2)
 
 
 def test_a_lost_connection_ends_the_wait_quietly_and_the_next_one_listens_again(
@@ -170,17 +171,17 @@ def test_a_lost_connection_ends_the_wait_quietly_and_the_next_one_listens_again(
 def test_a_nudge_inside_the_listen_interval_is_filled_at_its_end_not_dropped(
     settings, submitter, submit_agenda, insight
 ):
-    settings.POP_FILL_LISTEN_INTERVAL = 0.6
+    settings.POP_FILL_LISTEN_INTERVAL = 2.0
     settings.POP_FILL_NUDGE_MIN_INTERVAL = 0
     fill_listener._listening_connection()
     first = submit_agenda(submitter)
     assert fill_listener.fill_nudged_until(time.time() + 0.1) == 1  # filled at once
     filled = AgendaProgress.objects.get(agenda=first).updated_at
-    second = submit_agenda(submitter)  # nudged 0.1 s after the first fill
+    second = submit_agenda(submitter)  # nudged inside the 2 s window
 
-    assert fill_listener.fill_nudged_until(time.time() + 0.2) == 0  # inside the interval
+    assert fill_listener.fill_nudged_until(time.time() + 0.3) == 0  # still inside it
     assert state_of(second) == AgendaProgress.State.READY
-    assert fill_listener.fill_nudged_until(time.time() + 0.6) == 1  # at its end
+    assert fill_listener.fill_nudged_until(time.time() + 2.5) == 1  # at its end
     progress = AgendaProgress.objects.get(agenda=second)
     assert progress.state == AgendaProgress.State.QUEUED
-    assert timedelta(seconds=0.55) <= progress.updated_at - filled < timedelta(seconds=0.9)
+    assert timedelta(seconds=1.9) <= progress.updated_at - filled < timedelta(seconds=3.0)
