@@ -24,6 +24,7 @@
 --
 -- Partitions are made and dropped by month:
 --   SELECT pop_history.month_add('2026-11-01');    -- the four tables' partitions of a month
+--   SELECT * FROM pop_history.month_partitions('2026-11-01');  -- their names and bounds
 --   SELECT pop_history.month_drop('2026-08-01');   -- detach and drop them: a month's reap
 --   SELECT pop_history.copy_from_live('2026-11-01', '2026-12-01');  -- live rows of agendas
 --                                                   -- created in [from, until), for rehearsal
@@ -111,20 +112,29 @@ BEGIN
 END
 $copy_indexes$;
 
--- The four tables' partitions of the month that holds `month`.
+-- The four tables' partitions of the month that holds `month`: each parent table, its
+-- partition's name and the month's bounds [first, next).
+CREATE OR REPLACE FUNCTION pop_history.month_partitions(month date)
+RETURNS TABLE (parent text, partition text, first date, next date)
+LANGUAGE sql STABLE AS $month_partitions$
+    SELECT t.parent, t.parent || '_' || to_char(m.first, '"y"YYYY"m"MM'), m.first,
+           (m.first + interval '1 month')::date
+    FROM (SELECT date_trunc('month', month)::date AS first) AS m,
+         unnest(ARRAY['agenda', 'agendaprogress', 'operationprogress', 'execution'])
+             AS t(parent)
+$month_partitions$;
+
+-- Make the four tables' partitions of the month that holds `month`.
 CREATE OR REPLACE FUNCTION pop_history.month_add(month date) RETURNS void
 LANGUAGE plpgsql AS $month_add$
 DECLARE
-    first date := date_trunc('month', month)::date;
-    suffix text := to_char(first, '"y"YYYY"m"MM');
-    tables text[] := ARRAY['agenda', 'agendaprogress', 'operationprogress', 'execution'];
-    name text;
+    p record;
 BEGIN
-    FOREACH name IN ARRAY tables LOOP
+    FOR p IN SELECT * FROM pop_history.month_partitions(month) LOOP
         EXECUTE format(
             'CREATE TABLE IF NOT EXISTS pop_history.%I PARTITION OF pop_history.%I '
             'FOR VALUES FROM (%L) TO (%L)',
-            name || '_' || suffix, name, first, (first + interval '1 month')::date
+            p.partition, p.parent, p.first, p.next
         );
     END LOOP;
 END
@@ -135,22 +145,21 @@ $month_add$;
 CREATE OR REPLACE FUNCTION pop_history.month_drop(month date) RETURNS bigint
 LANGUAGE plpgsql AS $month_drop$
 DECLARE
-    first date := date_trunc('month', month)::date;
-    suffix text := to_char(first, '"y"YYYY"m"MM');
-    tables text[] := ARRAY['agenda', 'agendaprogress', 'operationprogress', 'execution'];
-    name text;
+    p record;
     dropped bigint := 0;
 BEGIN
-    IF to_regclass(format('pop_history.%I', 'agenda_' || suffix)) IS NULL THEN
-        RETURN 0;
-    END IF;
-    EXECUTE format('SELECT count(*) FROM pop_history.%I', 'agenda_' || suffix) INTO dropped;
-    DELETE FROM pop_history.idempotency_key
-    WHERE agenda_created_at >= first AND agenda_created_at < first + interval '1 month';
-    FOREACH name IN ARRAY tables LOOP
+    FOR p IN SELECT * FROM pop_history.month_partitions(month) LOOP
+        IF to_regclass(format('pop_history.%I', p.partition)) IS NULL THEN
+            RETURN 0;  -- never made, or dropped already
+        END IF;
+        IF p.parent = 'agenda' THEN
+            EXECUTE format('SELECT count(*) FROM pop_history.%I', p.partition) INTO dropped;
+            DELETE FROM pop_history.idempotency_key
+            WHERE agenda_created_at >= p.first AND agenda_created_at < p.next;
+        END IF;
         EXECUTE format('ALTER TABLE pop_history.%I DETACH PARTITION pop_history.%I',
-                       name, name || '_' || suffix);
-        EXECUTE format('DROP TABLE pop_history.%I', name || '_' || suffix);
+                       p.parent, p.partition);
+        EXECUTE format('DROP TABLE pop_history.%I', p.partition);
     END LOOP;
     RETURN dropped;
 END

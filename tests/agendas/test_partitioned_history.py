@@ -121,7 +121,6 @@ def test_copying_puts_each_agendas_whole_history_in_its_creation_months_partitio
 
 
 def test_the_keys_keep_their_meaning_with_the_creation_time_appended(history):
-    _, new = history
     copy_all()
     refusals = {
         "a second progress row for an agenda": (
