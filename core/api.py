@@ -71,7 +71,7 @@ def flatten_errors(detail: Any, prefix: str = "") -> dict[str, list[str]]:
 
 
 def validate_each(
-    serializer: serializers.Serializer, items: list[Any]
+    serializer: serializers.Serializer | Any, items: list[Any]
 ) -> list[tuple[Any, dict[str, list[str]] | None]]:
     """Validate every item with one serializer instance: (validated data, None) when the item
     is good, (None, its errors by field path) when not; in order, each item on its own.
@@ -79,7 +79,8 @@ def validate_each(
     One instance for all items because DRF deep-copies a serializer's fields for every new
     instance: for a bulk of 100 that copying cost more than the validation (bench.profile).
     `is_valid()` runs the same `run_validation`, so the errors are the same; a null item never
-    gets here (the list fields of the callers refuse it for the whole request).
+    gets here (the list fields of the callers refuse it for the whole request). A
+    `core.compiled_validation.CompiledValidator` serves as the serializer.
     """
     results: list[tuple[Any, dict[str, list[str]] | None]] = []
     for item in items:

@@ -13,13 +13,8 @@ from rest_framework import status
 from rest_framework.request import Request
 from rest_framework.response import Response
 
-from core.api import (
-    CONFLICT_RESPONSE,
-    ErrorSerializer,
-    PopAPIView,
-    shared_validator,
-    validate_each,
-)
+from core.api import CONFLICT_RESPONSE, ErrorSerializer, PopAPIView, validate_each
+from core.compiled_validation import compiled_validator
 from resourcepools.models import Insight
 from resourcepools.selectors import insight_visible_get
 from scheduling.api.puller_examples import (
@@ -75,9 +70,8 @@ class InsightPullView(PopAPIView):
     )
     def post(self, request: Request, pk: str) -> Response:
         insight = _visible_insight(request, pk)
-        payload = PullRequestSerializer(data=request.data)
-        payload.is_valid(raise_exception=True)
-        pulled = insight_pull(principal=request.user, insight=insight, **payload.validated_data)
+        fields = compiled_validator(PullRequestSerializer).run_validation(request.data)
+        pulled = insight_pull(principal=request.user, insight=insight, **fields)
         return Response(pull_response_data(pulled))
 
 
@@ -100,7 +94,7 @@ class ExecutionReportView(PopAPIView):
         examples=REPORT_EXAMPLES,
     )
     def post(self, request: Request, pk: str) -> Response:
-        fields = shared_validator(ReportSerializer).run_validation(request.data)
+        fields = compiled_validator(ReportSerializer).run_validation(request.data)
         answer = execution_report(
             execution_id=pk, lease_token=request.headers.get(LEASE_HEADER, ""), **fields
         )
@@ -124,13 +118,11 @@ class ExecutionReportBatchView(PopAPIView):
         examples=BATCH_REPORT_EXAMPLES,
     )
     def post(self, request: Request) -> Response:
-        payload = BatchReportSerializer(data=request.data)
-        payload.is_valid(raise_exception=True)
-        raws = payload.validated_data["reports"]
+        raws = compiled_validator(BatchReportSerializer).run_validation(request.data)["reports"]
         results: dict[int, dict[str, Any]] = {}
         valid: list[tuple[int, dict[str, Any]]] = []
         for index, (data, errors) in enumerate(
-            validate_each(shared_validator(BatchReportItemSerializer), raws)
+            validate_each(compiled_validator(BatchReportItemSerializer), raws)
         ):
             if errors is None:
                 valid.append((index, data))
