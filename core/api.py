@@ -256,6 +256,20 @@ def reject_unstorable_text(value: Any) -> None:
         raise serializers.ValidationError(problem)
 
 
+class UnknownFieldsRefused(serializers.Serializer):
+    """A body (or a part of one) that refuses keys it does not declare, as one error:
+    `non_field_errors: ["Unknown fields: a, b."]` — a typo in an option is not ignored."""
+
+    def to_internal_value(self, data: Any) -> Any:
+        if isinstance(data, dict):
+            unknown = sorted(str(key) for key in data if key not in self.fields)
+            if unknown:
+                raise serializers.ValidationError(
+                    {"non_field_errors": [f"Unknown fields: {', '.join(unknown)}."]}
+                )
+        return super().to_internal_value(data)
+
+
 @extend_schema_field(OpenApiTypes.ANY)
 class JSONValueField(serializers.JSONField):
     """Any JSON value storable in PostgreSQL jsonb (no NUL or lone surrogate characters)."""

@@ -22,6 +22,7 @@ from core.api import (
     JSONValueField,
     OptionalURLField,
     ScopedRelatedField,
+    UnknownFieldsRefused,
     reject_unstorable_text,
 )
 from core.pagination import MAX_OFFSET
@@ -41,7 +42,7 @@ def _all_customers(*, principal: Any) -> Any:
 # --- input ---------------------------------------------------------------------------------
 
 
-class OperationInputSerializer(serializers.Serializer):
+class OperationInputSerializer(UnknownFieldsRefused):
     name = serializers.CharField(
         max_length=100, trim_whitespace=False, help_text="Unique in the agenda (case-insensitive)."
     )
@@ -60,17 +61,8 @@ class OperationInputSerializer(serializers.Serializer):
     )
     params = JSONObjectField(required=False, help_text="Free-form parameters for mapping.")
 
-    def to_internal_value(self, data: Any) -> Any:
-        if isinstance(data, dict):
-            unknown = sorted(str(key) for key in data if key not in self.fields)
-            if unknown:
-                raise serializers.ValidationError(
-                    {"non_field_errors": [f"Unknown fields: {', '.join(unknown)}."]}
-                )
-        return super().to_internal_value(data)
 
-
-class AgendaAfterSerializer(serializers.Serializer):
+class AgendaAfterSerializer(UnknownFieldsRefused):
     """Other agendas to wait for (docs/design.md §5.1): it stays pending until they are `on`."""
 
     agendas = serializers.ListField(
@@ -96,15 +88,6 @@ class AgendaAfterSerializer(serializers.Serializer):
         default="fail",
         help_text="With on: succeeded, what one of them failing or aborted does to this agenda.",
     )
-
-    def to_internal_value(self, data: Any) -> Any:
-        if isinstance(data, dict):
-            unknown = sorted(str(key) for key in data if key not in self.fields)
-            if unknown:
-                raise serializers.ValidationError(
-                    {"non_field_errors": [f"Unknown fields: {', '.join(unknown)}."]}
-                )
-        return super().to_internal_value(data)
 
 
 class AgendaSubmitSerializer(AgendaOptionsSerializer):

@@ -86,6 +86,7 @@ from core.api import (
     ServiceWritesMixin,
     validate_each,
 )
+from core.compiled_validation import compiled_validator
 
 IDEMPOTENCY_HEADER = "Idempotency-Key"
 IDEMPOTENCY_PARAMETER = OpenApiParameter(
@@ -185,11 +186,12 @@ class AgendaViewSet(mixins.ListModelMixin, mixins.RetrieveModelMixin, CustomerSc
     )
     @action(detail=False, methods=["post"], filter_backends=[])
     def bulk(self, request: Request) -> Response:
-        payload = AgendaBulkSerializer(data=request.data)
-        payload.is_valid(raise_exception=True)
+        items = compiled_validator(AgendaBulkSerializer).run_validation(request.data)["agendas"]
         checked = validate_each(
-            AgendaBulkItemSerializer(context={"request": request}),
-            payload.validated_data["agendas"],
+            compiled_validator(AgendaBulkItemSerializer).bound(
+                AgendaBulkItemSerializer(context={"request": request})
+            ),
+            items,
         )
         valid = [data for data, errors in checked if errors is None]
         submitted = iter(agendas_submit_many(principal=request.user, items=valid, cid=request.cid))
