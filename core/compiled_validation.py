@@ -116,7 +116,7 @@ def _compiled_serializer(serializer: serializers.Serializer, name: str) -> tuple
     `validate`, in DRF's order."""
     refuses_unknown = _refuses_unknown_fields(serializer)
     struct_fields: list[tuple] = []
-    plan: list[tuple[str, Rebuild | None, bool]] = []
+    plan: list[tuple[str, Rebuild | None, Any, bool]] = []
     for field_name, field in serializer.fields.items():
         if field.read_only:
             continue
@@ -124,11 +124,12 @@ def _compiled_serializer(serializer: serializers.Serializer, name: str) -> tuple
             raise NotCompilable(f"{name}.{field_name}: a source of its own")
         annotation, rebuild_field = _compiled_field(field, f"{name}.{field_name}")
         default = _default(field, f"{name}.{field_name}")
-        if default is msgspec.NODEFAULT:
+        if field.required:
             struct_fields.append((field_name, annotation))
-        else:
-            struct_fields.append((field_name, annotation | msgspec.UnsetType, default))
-        plan.append((field_name, rebuild_field, hasattr(serializer, f"validate_{field_name}")))
+        else:  # absent is UNSET: DRF's default, if any, is put in unconverted (below)
+            struct_fields.append((field_name, annotation | msgspec.UnsetType, UNSET))
+        hooked = hasattr(serializer, f"validate_{field_name}")
+        plan.append((field_name, rebuild_field, default, hooked))
     validates = bool(serializer.validators) or (
         type(serializer).validate is not serializers.Serializer.validate
     )
@@ -142,11 +143,13 @@ def _compiled_serializer(serializer: serializers.Serializer, name: str) -> tuple
     def rebuild(value: Any, instance: serializers.Serializer) -> dict[str, Any]:
         fields = instance.fields
         data: dict[str, Any] = {}
-        for field_name, rebuild_field, hooked in plan:
+        for field_name, rebuild_field, default, hooked in plan:
             item = getattr(value, field_name)
             if item is UNSET:
-                continue
-            if rebuild_field is not None:
+                if default is UNSET:
+                    continue
+                item = default  # as DRF puts a default in: not through the field
+            elif rebuild_field is not None:
                 item = rebuild_field(item, fields[field_name])
             if hooked:
                 item = getattr(instance, f"validate_{field_name}")(item)
@@ -173,11 +176,10 @@ def _refuses_unknown_fields(serializer: serializers.Serializer) -> bool:
 
 
 def _default(field: serializers.Field, where: str) -> Any:
-    """The Struct's default: none for a required field, UNSET for one left out when absent,
-    else DRF's constant default (returned unvalidated, as DRF does)."""
-    if field.required:
-        return msgspec.NODEFAULT
-    if field.default is serializers.empty:
+    """What DRF puts in for the field when it is absent: UNSET for nothing (a required field
+    is refused, an optional one left out), else its constant default, which DRF returns
+    without converting it (only `validate_<field>` sees it)."""
+    if field.required or field.default is serializers.empty:
         return UNSET
     if callable(field.default) or not isinstance(field.default, _CONSTANTS):
         raise NotCompilable(f"{where}: a default that is not a constant")

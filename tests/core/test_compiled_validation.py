@@ -20,6 +20,7 @@ from agendas.api.serializers import (
     AgendaBulkSerializer,
     OperationInputSerializer,
 )
+from agendas.models import OperationProgress
 from core.api import JSONObjectField, JSONValueField, UnknownFieldsRefused
 from core.compiled_validation import NotCompilable, compiled_validator
 from scheduling.api.puller_serializers import (
@@ -56,6 +57,10 @@ class EveryKindSerializer(serializers.Serializer):
     many = NestedSerializer(many=True, required=False, max_length=2)
     document = JSONObjectField(required=False)
     anything = JSONValueField(required=False)
+    # Defaults DRF puts in as they are, not as the field would convert them: an enum's value
+    # stays the plain text, a date stays its text.
+    state = serializers.ChoiceField(choices=OperationProgress.State.choices, default="pending")
+    when = serializers.DateTimeField(default="2020-01-01T00:00:00Z")
 
 
 class HookedSerializer(UnknownFieldsRefused):
