@@ -5,7 +5,7 @@ import re
 import uuid
 from collections.abc import Callable
 from datetime import UTC
-from typing import Any
+from typing import Any, Protocol
 
 import django_filters
 from django.core.exceptions import RequestDataTooBig
@@ -70,8 +70,14 @@ def flatten_errors(detail: Any, prefix: str = "") -> dict[str, list[str]]:
     return {prefix or "non_field_errors": [printable_text(str(detail))]}
 
 
+class RunsValidation(Protocol):
+    """A serializer, or what validates as one (`core.compiled_validation.CompiledValidator`)."""
+
+    def run_validation(self, data: Any) -> Any: ...
+
+
 def validate_each(
-    serializer: serializers.Serializer | Any, items: list[Any]
+    serializer: RunsValidation, items: list[Any]
 ) -> list[tuple[Any, dict[str, list[str]] | None]]:
     """Validate every item with one serializer instance: (validated data, None) when the item
     is good, (None, its errors by field path) when not; in order, each item on its own.
@@ -79,8 +85,7 @@ def validate_each(
     One instance for all items because DRF deep-copies a serializer's fields for every new
     instance: for a bulk of 100 that copying cost more than the validation (bench.profile).
     `is_valid()` runs the same `run_validation`, so the errors are the same; a null item never
-    gets here (the list fields of the callers refuse it for the whole request). A
-    `core.compiled_validation.CompiledValidator` serves as the serializer.
+    gets here (the list fields of the callers refuse it for the whole request).
     """
     results: list[tuple[Any, dict[str, list[str]] | None]] = []
     for item in items:
