@@ -60,6 +60,17 @@ _NUMBER_VALIDATORS = (django_validators.MaxValueValidator, django_validators.Min
 _CONSTANTS = (int, float, str, bool, type(None))
 
 
+#: What the fast path raises for a body it does not vouch for (the serializer then decides):
+#: msgspec's refusal, a field's or hook's ValidationError, or ValueError (msgspec cannot even
+#: encode a lone surrogate to say what is wrong).
+FAST_PATH_REFUSALS = (
+    msgspec.ValidationError,
+    serializers.ValidationError,
+    DjangoValidationError,
+    ValueError,
+)
+
+
 class NotCompilable(TypeError):
     """The serializer has a part whose validation the fast path cannot reproduce exactly."""
 
@@ -85,19 +96,14 @@ class CompiledValidator:
         return bound
 
     def fast_path(self, data: Any) -> Any:
-        """DRF's validated data for a body the compiled type accepts; raises for any other
-        (msgspec's ValidationError, a field's or hook's ValidationError, or ValueError)."""
+        """DRF's validated data for a body the compiled type accepts; raises one of
+        FAST_PATH_REFUSALS for any other."""
         return self._rebuild(msgspec.convert(data, self.type), self.serializer)
 
     def run_validation(self, data: Any) -> Any:
         try:
             return self.fast_path(data)
-        except (
-            msgspec.ValidationError,
-            serializers.ValidationError,
-            DjangoValidationError,
-            ValueError,  # msgspec cannot even encode a lone surrogate to say what is wrong
-        ):
+        except FAST_PATH_REFUSALS:
             return self.serializer.run_validation(data)
 
 
