@@ -137,9 +137,7 @@ def _trailing_nudges_loop() -> None:
 def _fill_nudge_send(insight_ids: list[str], mode: str) -> None:
     if mode == "notify":
         # The listener's fill checks the room itself, in the same lock as its moves.
-        with _nudge_lock:
-            for pk in insight_ids:
-                _last_nudge[pk] = time.monotonic()
+        _mark_nudged(insight_ids)
         with connection.cursor() as cursor:
             cursor.execute(
                 "SELECT pg_notify(%s, id) FROM unnest(%s::text[]) AS id",
@@ -153,8 +151,7 @@ def _fill_nudge_send(insight_ids: list[str], mode: str) -> None:
         .values_list("pk", flat=True)
     )
     for insight_id in with_room:
-        with _nudge_lock:
-            _last_nudge[str(insight_id)] = time.monotonic()
+        _mark_nudged([str(insight_id)])
         if mode != "sync" and not _nudge_pending_claim(insight_id):
             continue  # a fill task of this insight is already waiting for the cluster
         async_task(
@@ -164,6 +161,13 @@ def _fill_nudge_send(insight_ids: list[str], mode: str) -> None:
             group="pop-fill-nudge",
             save=False,
         )
+
+
+def _mark_nudged(insight_ids: list[str]) -> None:
+    """Start each insight's throttle window (POP_FILL_NUDGE_MIN_INTERVAL) now."""
+    with _nudge_lock:
+        for pk in insight_ids:
+            _last_nudge[pk] = time.monotonic()
 
 
 # A pending nudge older than this no longer holds others back (its task may have been lost).

@@ -52,21 +52,28 @@ def fill_nudged_until(deadline: float) -> int:
                 # would otherwise be refilled here after each one, in fills of a few rows that
                 # race the pulls' own inline fills (docs/decisions.md).
                 _due.setdefault(insight_id, _filled_at.get(insight_id, -math.inf) + interval)
-            now = time.monotonic()
-            for insight_id in sorted(pk for pk, at in _due.items() if at <= now):
-                del _due[insight_id]
-                _filled_at[insight_id] = time.monotonic()
-                try:
-                    fill_service.insight_fill(insight_id=insight_id)
-                    fills += 1
-                except Exception:  # one insight's error spares the others, as the periodic fill
-                    # (a lost connection shows at the next wait, handled below).
-                    logger.exception("nudged fill of insight %s failed", insight_id)
+            fills += _fill_due()
     except (DatabaseError, psycopg.Error) as error:
         # Nudges sent meanwhile are lost; the periodic fill and the pulls' fills cover them.
         logger.warning("fill nudges: not listening until the next tick (%s)", error)
         connection.close()
         _sleep_until(deadline)
+    return fills
+
+
+def _fill_due() -> int:
+    """Fill each insight whose nudged fill has fallen due; return how many fills ran."""
+    now = time.monotonic()
+    fills = 0
+    for insight_id in sorted(pk for pk, at in _due.items() if at <= now):
+        del _due[insight_id]
+        _filled_at[insight_id] = time.monotonic()
+        try:
+            fill_service.insight_fill(insight_id=insight_id)
+            fills += 1
+        except Exception:  # one insight's error spares the others, as in the periodic fill
+            # (a lost connection shows at the next wait, handled by the caller).
+            logger.exception("nudged fill of insight %s failed", insight_id)
     return fills
 
 
