@@ -7,7 +7,8 @@ parameters), so psycopg scanned and rebuilt the statement's text at every report
 CPU of a pull of 10 and its batch report in process (cProfile, 2026-11-27). `update_instances`
 sends the rows as one JSON text (`core/column_rows.py`): a statement whose text and parameter
 count do not depend on the rows, converted once per process, and one parameter that the C JSON
-encoder writes. Off PostgreSQL (the SQLite demo) it is `bulk_update`.
+encoder writes. `update_instances_together` sends the UPDATEs of several models as one
+statement. Off PostgreSQL (the SQLite demo) each is a `bulk_update`.
 """
 
 import functools
@@ -23,23 +24,44 @@ def update_instances(model, instances: Sequence, attnames: Sequence[str]) -> Non
     """UPDATE each instance's row, by primary key, to the instance's values of `attnames`
     and a fresh time in every `auto_now` field (set on the instances too, as `save()` sets
     it), in one statement."""
-    if not instances:
+    update_instances_together([(model, instances, attnames)])
+
+
+def update_instances_together(updates: Sequence[tuple[type, Sequence, Sequence[str]]]) -> None:
+    """`update_instances` for the instances of several models, (model, instances, attnames)
+    each, in one statement: every UPDATE but the last is a data-modifying `WITH` query of the
+    last, which PostgreSQL runs once and to completion whether or not anything reads it. The
+    batch report writes its operations, executions and progress rows so, in one round trip
+    instead of three. Models without instances are left out; each model once."""
+    updates = [(model, instances, attnames) for model, instances, attnames in updates if instances]
+    if len({model for model, _, _ in updates}) < len(updates):
+        # Two UPDATEs of one table in one statement: PostgreSQL keeps one of a row's two writes.
+        raise ValueError("update_instances_together takes each model once")
+    if not updates:
         return
-    stamped = _auto_now(model)
     stamp = timezone.now()
-    for instance in instances:
-        for attname in stamped:
-            setattr(instance, attname, stamp)
-    names = tuple(name for name in attnames if name not in stamped) + stamped
-    if connection.vendor != "postgresql":
-        model.objects.bulk_update(instances, list(names))
+    statements, params = [], []
+    for model, instances, attnames in updates:
+        stamped = _auto_now(model)
+        for instance in instances:
+            for attname in stamped:
+                setattr(instance, attname, stamp)
+        names = tuple(name for name in attnames if name not in stamped) + stamped
+        if connection.vendor != "postgresql":
+            model.objects.bulk_update(instances, list(names))
+            continue
+        sql, fields = _statement(model, names, connection.vendor)
+        statements.append(sql)
+        params += rows_parameters(
+            fields,
+            [[getattr(instance, field.attname) for instance in instances] for field in fields],
+        )
+    if not statements:
         return
-    sql, fields = _statement(model, names, connection.vendor)
-    params = rows_parameters(
-        fields, [[getattr(instance, field.attname) for instance in instances] for field in fields]
-    )
+    *first, last = statements
+    with_queries = ", ".join(f"u{number} AS ({sql})" for number, sql in enumerate(first))
     with connection.cursor() as cursor:
-        cursor.execute(sql, params)
+        cursor.execute(f"WITH {with_queries} {last}" if first else last, params)
 
 
 @functools.cache

@@ -43,15 +43,20 @@ def _active_memberships(user_id: object) -> dict:
 @functools.cache
 def _memberships_query(vendor: str) -> tuple[RowLoader, str]:
     loader = RowLoader(Membership, "m", frozenset({"id", "customer_id", "role"}))
+    return loader, f"SELECT {', '.join(loader.columns)} {_memberships_source()}"
+
+
+def _memberships_source() -> str:
+    """`FROM … WHERE …` of a user's (first parameter) memberships of customers whose
+    `is_active` is the second parameter, aliased `m`."""
     quote = connection.ops.quote_name
-    sql = (
-        f"SELECT {', '.join(loader.columns)} FROM {quote(Membership._meta.db_table)} m "
+    return (
+        f"FROM {quote(Membership._meta.db_table)} m "
         f"JOIN {quote(Customer._meta.db_table)} c ON c.{quote(Customer._meta.pk.column)} = "
         f"m.{quote(Membership._meta.get_field('customer').column)} "
         f"WHERE m.{quote(Membership._meta.get_field('user').column)} = %s "
         f"AND c.{quote(Customer._meta.get_field('is_active').column)} = %s"
     )
-    return loader, sql
 
 
 def has_role(principal: Principal, customer_id: object, role: str) -> bool:
@@ -149,37 +154,72 @@ def insight_visible_get(*, principal: Principal, insight_id: object) -> Insight 
     this serves the pull, the puller API's hottest call; anyone else goes through
     `insight_list`, so what they see is exactly what they would see listing insights.
     """
-    insight = _insight_with_pool(insight_id)
+    insight = _insight_with_pool(insight_id, principal)
     if insight is None or has_role(principal, insight.resource_pool.owner_id, Role.WORKER):
         return insight
     return insight if insight_list(principal=principal).filter(pk=insight_id).exists() else None
 
 
-def _insight_with_pool(insight_id: object) -> Insight | None:
+def _insight_with_pool(insight_id: object, principal: Principal) -> Insight | None:
     """The insight with its pool loaded, by a hand-written join (core/rows.py): the pull's
-    first read. A malformed id is a ValidationError, as the ORM's filter raises it."""
+    first read. A malformed id is a ValidationError, as the ORM's filter raises it.
+
+    On PostgreSQL the same statement reads the principal's roles when this request has not
+    read them yet (`membership_roles` then answers from them): the pull's permission check
+    costs no second round trip."""
     pk = Insight._meta.pk.to_python(insight_id)
-    loaders, sql = _insight_query(connection.vendor)
+    read_roles = connection.vendor == "postgresql" and _roles_unread(principal)
+    loaders, sql = _insight_query(connection.vendor, read_roles)
+    params = [Insight._meta.pk.get_db_prep_value(pk, connection)]
+    if read_roles:
+        params = [principal.pk, True, *params]
     with connection.cursor() as cursor:
-        cursor.execute(sql, [Insight._meta.pk.get_db_prep_value(pk, connection)])
+        cursor.execute(sql, params)
         row = cursor.fetchone()
     if row is None:
         return None
+    if read_roles:
+        *row, customer_ids, roles = row
+        principal._pop_roles = dict(zip(customer_ids or [], roles or [], strict=True))
     insight, pool = load_row(loaders, row)
     insight.resource_pool = pool
     return insight
 
 
+def _roles_unread(principal: Principal) -> bool:
+    """Whether `membership_roles` would read the principal's memberships (staff need none)."""
+    return (
+        principal is not None
+        and not isinstance(principal, SystemPrincipal)
+        and principal.is_authenticated
+        and getattr(principal, "_pop_roles", None) is None
+        and not principal_is_staff(principal)
+    )
+
+
 @functools.cache
-def _insight_query(vendor: str) -> tuple[list[RowLoader], str]:
+def _insight_query(vendor: str, read_roles: bool) -> tuple[list[RowLoader], str]:
     loaders = [RowLoader(Insight, "i"), RowLoader(ResourcePool, "r")]
     quote = connection.ops.quote_name
+    roles, roles_columns = "", ""
+    if read_roles:
+        # The rows `_memberships_query` reads, as two arrays in step (one aggregation pass;
+        # an aggregate without GROUP BY is one row, of NULLs when there are none).
+        customer = quote(Membership._meta.get_field("customer").column)
+        role = quote(Membership._meta.get_field("role").column)
+        roles = (
+            f"CROSS JOIN LATERAL (SELECT array_agg(m.{customer}) AS customer_ids, "
+            f"array_agg(m.{role}) AS roles {_memberships_source()}) ms "
+        )
+        roles_columns = ", ms.customer_ids, ms.roles"
     sql = (
-        f"SELECT {', '.join(column for loader in loaders for column in loader.columns)} "
+        f"SELECT {', '.join(column for loader in loaders for column in loader.columns)}"
+        f"{roles_columns} "
         f"FROM {quote(Insight._meta.db_table)} i "
         f"JOIN {quote(ResourcePool._meta.db_table)} r "
         f"ON r.{quote(ResourcePool._meta.pk.column)} = "
         f"i.{quote(Insight._meta.get_field('resource_pool').column)} "
+        f"{roles}"
         f"WHERE i.{quote(Insight._meta.pk.column)} = %s"
     )
     return loaders, sql

@@ -228,7 +228,7 @@ def _write_together(together: list[_Together], *, now: datetime) -> dict[int, Ba
     """`_execution_report` for many progress and plain `succeeded` reports, set-based."""
     if not together:
         return {}
-    states.operations_apply_reports(
+    operations = states.operations_apply_reports(
         [(entry.operations, entry.items) for entry in together if entry.items], now=now
     )
     renewed, succeeded = [], []
@@ -251,7 +251,9 @@ def _write_together(together: list[_Together], *, now: datetime) -> dict[int, Ba
         else:
             reason = report.get("message") or f"worker reported {S.SUCCEEDED}"
             succeeded.append((progress, execution, reason))
-    states.executions_report_many(renewed=renewed, succeeded=succeeded, now=now)
+    states.executions_report_many(
+        operations=operations, renewed=renewed, succeeded=succeeded, now=now
+    )
     results = {}
     for entry in together:
         execution_id = entry.report.get("execution")

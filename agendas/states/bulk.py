@@ -28,7 +28,7 @@ from agendas.states.machine import (
 )
 from agendas.states.operations import OpState, operation_apply_item
 from core.column_inserts import insert_columns
-from core.column_updates import update_instances
+from core.column_updates import update_instances_together
 
 # --- Set-based forms for the hot paths -------------------------------------
 
@@ -283,10 +283,10 @@ _REPORT_OPERATION_COLUMNS = (
 def operations_apply_reports(
     reports: Iterable[tuple[dict[str, OperationProgress], list[dict]]], *, now: datetime
 ) -> list[OperationProgress]:
-    """`operations_apply_report` for many agendas at once: one UPDATE for every changed row.
+    """`operations_apply_report` for many agendas at once, on the instances: returns the
+    changed ones, which `executions_report_many` writes with the executions and progress.
 
     Each pair is one agenda's operations by name and its report's items (names checked).
-    PostgreSQL only.
     """
     changed: dict[object, OperationProgress] = {}
     for operations, items in reports:
@@ -294,18 +294,20 @@ def operations_apply_reports(
             operation = operations[item["name"]]
             if operation_apply_item(operation, item, now=now):
                 changed[operation.pk] = operation
-    update_instances(OperationProgress, list(changed.values()), _REPORT_OPERATION_COLUMNS)
     return list(changed.values())
 
 
 def executions_report_many(
     *,
+    operations: list[OperationProgress],
     renewed: list[tuple[AgendaProgress, Execution, bool]],
     succeeded: list[tuple[AgendaProgress, Execution, str]],
     now: datetime,
 ) -> None:
     """Write many locked current executions' reports with a few statements (PostgreSQL only).
 
+    `operations`: their changed operations (`operations_apply_reports`), written in the one
+    statement that writes the executions and progress rows.
     `renewed`: (progress, execution, progress changed) for progress reports — the caller set
     the execution's `last_report_at`/`lease_expires_at` and any progress percent or message.
     `succeeded`: (progress, execution, message) for plain final `succeeded` reports — each
@@ -319,16 +321,22 @@ def executions_report_many(
         progress.attempts_completed += 1
         progress.percent_complete = 100.0
         _progress_enter(progress, S.SUCCEEDED, message=message or "succeeded", now=now)
-    update_instances(
-        Execution,
-        [execution for _, execution, _ in renewed] + [execution for _, execution, _ in succeeded],
-        _REPORT_EXECUTION_COLUMNS,
-    )
-    update_instances(
-        AgendaProgress,
-        [progress for progress, _, changed in renewed if changed]
-        + [progress for progress, _, _ in succeeded],
-        _REPORT_PROGRESS_COLUMNS,
+    update_instances_together(
+        [
+            (OperationProgress, operations, _REPORT_OPERATION_COLUMNS),
+            (
+                Execution,
+                [execution for _, execution, _ in renewed]
+                + [execution for _, execution, _ in succeeded],
+                _REPORT_EXECUTION_COLUMNS,
+            ),
+            (
+                AgendaProgress,
+                [progress for progress, _, changed in renewed if changed]
+                + [progress for progress, _, _ in succeeded],
+                _REPORT_PROGRESS_COLUMNS,
+            ),
+        ]
     )
     callbacks_enqueue([progress for progress, _, _ in succeeded], event=S.SUCCEEDED, now=now)
     for progress, _, _ in succeeded:

@@ -9,7 +9,7 @@ from django.utils import timezone
 
 from agendas.models import AgendaProgress, Execution, OperationProgress
 from core.column_inserts import insert_columns
-from core.column_updates import update_instances
+from core.column_updates import update_instances, update_instances_together
 
 pytestmark = pytest.mark.django_db
 
@@ -167,3 +167,55 @@ def test_a_few_rows_are_found_by_their_primary_key_not_by_reading_the_whole_tabl
 
     assert "Index Scan using agendas_operationprogress_pkey" in plan, plan
     assert "Seq Scan" not in plan, plan
+
+
+def test_rows_of_several_models_are_updated_together_in_one_statement(submitter, submit_agenda):
+    operations = _operations(submitter, submit_agenda, 2)
+    progresses = [AgendaProgress.objects.get(pk=op.agenda_progress_id) for op in operations[::3]]
+    for n, operation in enumerate(operations):
+        _changed(operation, n)
+    for progress in progresses:
+        progress.message = "written together"
+        progress.percent_complete = 42.0
+
+    with CaptureQueriesContext(connection) as captured:
+        update_instances_together(
+            [
+                (OperationProgress, operations, OPERATION_COLUMNS),
+                (Execution, [], ["outcome"]),  # left out
+                (AgendaProgress, progresses, ["message", "percent_complete"]),
+            ]
+        )
+
+    assert len(captured.captured_queries) == (1 if connection.vendor == "postgresql" else 2)
+    for n, operation in enumerate(operations):
+        stored = OperationProgress.objects.get(pk=operation.pk)
+        assert (stored.state, stored.percent_complete, stored.message) == (
+            "succeeded",
+            50.0 + n,
+            f"step {n} — ünïcode",
+        )
+        assert stored.updated_at == operation.updated_at
+    for progress in progresses:
+        stored = AgendaProgress.objects.get(pk=progress.pk)
+        assert (stored.message, stored.percent_complete) == ("written together", 42.0)
+        assert stored.updated_at == progress.updated_at
+
+
+def test_one_model_twice_in_one_statement_is_refused_and_nothing_is_written(
+    submitter, submit_agenda
+):
+    operations = _operations(submitter, submit_agenda, 1)
+    before = [_stored(operation) for operation in operations]
+    for n, operation in enumerate(operations):
+        _changed(operation, n)
+
+    with pytest.raises(ValueError, match="each model once"):
+        update_instances_together(
+            [
+                (OperationProgress, operations[:1], ["message"]),
+                (OperationProgress, operations[1:], ["message"]),
+            ]
+        )
+
+    assert [_stored(operation) for operation in operations] == before
