@@ -6,7 +6,7 @@ agendas' operations is 110 of them, past psycopg's cache of converted statements
 parameters), so psycopg scanned and rebuilt the statement's text at every report — 15% of the
 CPU of a pull of 10 and its batch report in process (cProfile, 2026-11-27). `update_instances`
 sends the rows as one JSON text (`core/column_rows.py`): a statement whose text and parameter
-count do not depend on the rows, converted once per process, and one parameter that the C JSON
+count do not depend on the rows, converted once per process, and one parameter that msgspec's
 encoder writes. `update_instances_together` sends the UPDATEs of several models as one
 statement. Off PostgreSQL (the SQLite demo) each is a `bulk_update`.
 """

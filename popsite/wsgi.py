@@ -3,9 +3,10 @@
 Before the first request the worker loads its URL configuration (every view, serializer and
 model it can reach), collects once and freezes what is left (`gc.freeze`): those objects live
 as long as the process, and a full collection no longer walks them. Unfrozen, a web worker's
-full collections walked ~125,000 objects and stopped every thread of the worker for 60–85 ms,
+full collections walked ~125,000 objects and stopped every thread of the worker for 60–99 ms,
 three or four times per 800 pull and report requests, which made the pull's p99; frozen, one
-walks what requests created since and took 8 ms (bench/RESULTS.md, the twelfth session).
+walks what requests created since and took 5–8 ms (docs/decisions.md, "Web workers freeze
+their loaded heap").
 """
 
 import gc
