@@ -138,10 +138,18 @@ def pulled_before(*, insight: Insight, pull_request: str) -> PullCheck:
     )
 
 
-def _with_operations(claimed: list[tuple[AgendaProgress, Execution]]) -> list[PulledAgenda]:
+def _with_operations(
+    claimed: list[tuple[AgendaProgress, Execution]],
+    read: dict[object, list[OperationProgress]] | None = None,
+) -> list[PulledAgenda]:
+    """The pulled agendas, each with its operations: those the claim `read` already, else
+    read now in one statement."""
     operations: dict[object, list[OperationProgress]] = {}
-    for operation in operations_of_progress(progress.pk for progress, _ in claimed):
-        operations.setdefault(operation.agenda_progress_id, []).append(operation)
+    if read is not None and all(progress.pk in read for progress, _ in claimed):
+        operations = read
+    else:
+        for operation in operations_of_progress(progress.pk for progress, _ in claimed):
+            operations.setdefault(operation.agenda_progress_id, []).append(operation)
     return [
         PulledAgenda(
             agenda=progress.agenda,
@@ -214,6 +222,8 @@ def _claim(*, insight: Insight, worker: str, count: int, pull_request: str) -> l
             nudge=False,
         )
     claimed = outcome.claimed
+    operations = dict(outcome.operations or {})
+    read_by_claims = outcome.operations is not None
     fills_inline = outcome.fill_wanted and len(claimed) < count
     if outcome.nudge_wanted and not fills_inline:
         fill_nudge([insight.pk])
@@ -229,16 +239,19 @@ def _claim(*, insight: Insight, worker: str, count: int, pull_request: str) -> l
     ):
         rounds -= 1
         with transaction.atomic(savepoint=False):
-            claimed += states.queue_claim(
+            again = states.queue_claim_outcome(
                 insight=insight,
                 count=count - len(claimed),
                 worker=worker,
                 now=timezone.now(),
                 pull_request=pull_request,
             )
+        claimed += again.claimed
+        operations.update(again.operations or {})
+        read_by_claims = read_by_claims and again.operations is not None
     if not claimed:
         return []
-    pulled = _with_operations(claimed)
+    pulled = _with_operations(claimed, operations if read_by_claims else None)
     metrics.PULL_LATENCY.labels(insight.name).observe(time.perf_counter() - started)
     metrics.PULLED_AGENDAS.labels(insight.name).inc(len(claimed))
     return pulled

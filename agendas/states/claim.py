@@ -11,9 +11,10 @@ from django.db import connection
 from django.db.models import Case, Max, Value, When
 
 from agendas.fill_nudge import fill_nudge
-from agendas.models import Agenda, AgendaProgress, Execution
+from agendas.models import Agenda, AgendaProgress, Execution, OperationProgress
 from agendas.queue_models import QueuedAgenda, ReadyAgenda
 from agendas.states.machine import S, callback_enqueue, entry_sql, entry_update
+from agendas.states.operation_rows import pulled_operations_load, pulled_operations_sql
 from core.rows import RowLoader, load_row
 from resourcepools.models import Customer, Insight
 
@@ -93,6 +94,9 @@ class ClaimOutcome:
     claimed: list[tuple[AgendaProgress, Execution]]
     fill_wanted: bool
     nudge_wanted: bool  # fill_wanted, or a claim that left the queue short
+    # The claimed agendas' operations by progress id, when the claim read them (PostgreSQL:
+    # only the fields a pull hands on, `operation_rows.PULLED_OPERATION_ATTNAMES`).
+    operations: dict[object, list[OperationProgress]] | None = None
 
 
 def queue_claim(
@@ -133,8 +137,9 @@ def queue_claim_outcome(
     rows is the checked conditional write that keeps claims exclusive (SQLite ignores
     FOR UPDATE).
     """
+    operations = None
     if connection.vendor == "postgresql":
-        claimed, queued_before, ready = _queue_claim_postgresql(
+        claimed, queued_before, ready, operations = _queue_claim_postgresql(
             insight=insight, count=count, worker=worker, now=now, pull_request=pull_request
         )
     else:
@@ -151,6 +156,7 @@ def queue_claim_outcome(
         claimed=claimed,
         fill_wanted=bool(short and ready),
         nudge_wanted=bool(short and (claimed or ready)),
+        operations=operations,
     )
     if nudge and outcome.nudge_wanted:
         fill_nudge([insight.pk])
@@ -195,7 +201,8 @@ WITH picked AS (
                                   LIMIT %(probe)s) AS probe) AS queued,
            EXISTS (SELECT 1 FROM {ready} WHERE insight_id = %(insight)s) AS ready
 )
-SELECT picked.position, counts.queued, counts.ready, (SELECT count(*) FROM started), {columns}
+SELECT picked.position, counts.queued, counts.ready, (SELECT count(*) FROM started),
+       {operations}, {columns}
 FROM counts
 LEFT JOIN (moved
            JOIN picked ON picked.progress_id = moved.id
@@ -225,6 +232,7 @@ def _claim_statement(vendor: str) -> tuple[str, list[RowLoader]]:
         agenda=quote(Agenda._meta.db_table),
         customer=quote(Customer._meta.db_table),
         columns=", ".join(column for loader in loaders for column in loader.columns),
+        operations=pulled_operations_sql("moved.id"),
         entering=entry_sql(S.EXECUTING, table="p", now_parameter="now"),
     )
     return sql, loaders
@@ -232,7 +240,7 @@ def _claim_statement(vendor: str) -> tuple[str, list[RowLoader]]:
 
 def _queue_claim_postgresql(
     *, insight: Insight, count: int, worker: str, now: datetime, pull_request: str
-) -> tuple[list[tuple[AgendaProgress, Execution]], int, bool]:
+) -> tuple[list[tuple[AgendaProgress, Execution]], int, bool, dict[object, list]]:
     """The claim as one data-modifying CTE: lock queue and progress rows together (FOR UPDATE
     OF q, p SKIP LOCKED), delete the queue rows, insert the executions numbered max + 1 per
     agenda, move the progress rows to executing, and return them with their executions,
@@ -243,10 +251,12 @@ def _queue_claim_postgresql(
     6.8 ms by primary key; 1.4 ms either way with fresh statistics).
     The same statement counts the queue as it was before the claim
     (capped: enough to tell "under half full" afterwards) and whether the insight has ready
-    agendas.
+    agendas, and reads the claimed agendas' operations (`pulled_operations_sql`: what the
+    pull hands on of them). No one changes a queued agenda's operations (a report or an
+    added operation needs its lease), so the statement's snapshot of them is current.
 
-    Returns the claimed pairs in queue order, the queue length before the claim (capped) and
-    whether ready agendas exist.
+    Returns the claimed pairs in queue order, the queue length before the claim (capped),
+    whether ready agendas exist, and the operations by progress id.
     """
     sql, loaders = _claim_statement(connection.vendor)
     with connection.cursor() as cursor:
@@ -272,15 +282,16 @@ def _queue_claim_postgresql(
     if len(found) != started:
         # The claim deleted queue rows and started executions it could not hand back.
         raise RuntimeError(f"pull returned {len(found)} of {started} claimed agendas")
-    claimed = []
-    for _, _, _, _, *columns in found:
+    claimed, operations = [], {}
+    for _, _, _, _, pulled_operations, *columns in found:
         progress, execution, agenda, customer = load_row(loaders, columns)
+        operations[progress.pk] = pulled_operations_load(pulled_operations)
         agenda.customer = customer
         progress.agenda = agenda
         progress.current_execution = execution
         callback_enqueue(progress, event=S.EXECUTING, now=now)
         claimed.append((progress, execution))
-    return claimed, queued_before, ready
+    return claimed, queued_before, ready, operations
 
 
 def _queue_claim_portable(

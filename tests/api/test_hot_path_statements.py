@@ -90,9 +90,9 @@ def test_a_bulk_submit_of_100_sends_12_statements(client, insight, operations):
     _assert_statements(captured, 12)
 
 
-def test_a_pull_of_10_from_a_full_queue_sends_5_statements(insight, submit_ready, pull_client):
+def test_a_pull_of_10_from_a_full_queue_sends_4_statements(insight, submit_ready, pull_client):
     """Token + user (1); throttle counter (1); the insight with the worker's memberships (1);
-    the claim, one statement (1); the claimed agendas' operations (1)."""
+    the claim, with the claimed agendas' operations, one statement (1)."""
     insight.queue_size = 20
     insight.save(update_fields=["queue_size"])
     submit_ready(20)
@@ -104,15 +104,18 @@ def test_a_pull_of_10_from_a_full_queue_sends_5_statements(insight, submit_ready
 
     assert len(pulled) == 10
     assert QueuedAgenda.objects.filter(insight=insight).count() == 9
-    _assert_statements(captured, 5)
+    assert [operation["name"] for operation in pulled[0]["progress"]["operations"]] == [
+        operation["name"] for operation in pulled[0]["agenda"]["operations"]
+    ]
+    _assert_statements(captured, 4)
 
 
-def test_a_pull_of_10_from_a_drained_queue_fills_inline_in_16_statements(
+def test_a_pull_of_10_from_a_drained_queue_fills_inline_in_15_statements(
     insight, submit_ready, pull_client
 ):
-    """The full-queue pull's first 4 up to and including a claim that comes up empty, then
-    the 10 of a fill (see the fill's pin) moving the queue's 10 and the pull's 10, a second
-    claim (1) and the operations (1). The queue is left full: the next pull fills nothing."""
+    """The full-queue pull's 4 up to and including a claim that comes up empty, then the 10
+    of a fill (see the fill's pin) moving the queue's 10 and the pull's 10, and a second claim
+    with its operations (1). The queue is left full: the next pull fills nothing."""
     insight.queue_size = 10
     insight.save(update_fields=["queue_size"])
     submit_ready(40)
@@ -124,7 +127,7 @@ def test_a_pull_of_10_from_a_drained_queue_fills_inline_in_16_statements(
 
     assert len(pulled) == 10
     assert QueuedAgenda.objects.filter(insight=insight).count() == 10
-    _assert_statements(captured, 16)
+    _assert_statements(captured, 15)
 
 
 def test_a_batch_report_of_10_successes_sends_5_statements(

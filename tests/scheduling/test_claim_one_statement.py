@@ -10,7 +10,8 @@ from django.test.utils import CaptureQueriesContext
 from django.utils import timezone
 
 from agendas import states
-from agendas.models import Agenda, AgendaProgress, Execution
+from agendas.models import Agenda, AgendaProgress, Execution, OperationProgress
+from agendas.states.operation_rows import PULLED_OPERATION_ATTNAMES
 from scheduling import pull as pull_service
 from scheduling.models import CallbackDelivery, QueuedAgenda
 from tests.scheduling.conftest import progress_row_held, state_of
@@ -35,11 +36,20 @@ def _fields(instance) -> dict:
 
 
 @on_postgresql
-def test_a_pull_is_one_claim_statement_and_one_operations_read(
+def test_a_pull_is_one_claim_statement_that_also_reads_the_operations(
     submitter, submit_agenda, insight, fill
 ):
     agendas = [submit_agenda(submitter, link_id=f"L{n}", params={"n": n}) for n in range(3)]
     fill(insight)
+    first = OperationProgress.objects.filter(agenda_progress__agenda=agendas[0]).order_by(
+        "position"
+    )
+    first.filter(position=0).update(
+        message='carried ü " \\ \n',
+        percent_complete=100 / 3,
+        result={"frames": 3, "nested": [None, 1.5]},
+        params={"resume": 7},
+    )
 
     with CaptureQueriesContext(connection) as captured:
         pulled = pull_service.insight_pull_once(insight=insight, worker="w1", count=10)
@@ -47,19 +57,33 @@ def test_a_pull_is_one_claim_statement_and_one_operations_read(
         for item in pulled:
             assert item.agenda.customer.slug == submitter.customer.slug
             assert item.progress.current_execution is item.execution
+            assert item.operations and item.operations_to_run == item.agenda.operations
 
     statements = _statements(captured)
-    assert len(statements) == 2, statements
-    claim, operations = statements
+    assert len(statements) == 1, statements
+    [claim] = statements
     assert claim.lstrip().startswith("WITH") and "SKIP LOCKED" in claim
     assert "DELETE FROM" in claim and "INSERT INTO" in claim and "UPDATE" in claim
-    assert operations.startswith("SELECT") and '"agendas_operationprogress"' in operations
+    assert '"agendas_operationprogress"' in claim
     # The rows the claim returned are the rows as stored, field by field, in queue order.
     assert [item.agenda.pk for item in pulled] == [agenda.pk for agenda in agendas]
     for item in pulled:
         assert _fields(item.progress) == _fields(AgendaProgress.objects.get(pk=item.progress.pk))
         assert _fields(item.execution) == _fields(Execution.objects.get(pk=item.execution.pk))
         assert _fields(item.agenda) == _fields(Agenda.objects.get(pk=item.agenda.pk))
+        stored = OperationProgress.objects.filter(agenda_progress_id=item.progress.pk).order_by(
+            "position"
+        )
+        assert [_pulled_fields(operation) for operation in item.operations] == [
+            _pulled_fields(operation) for operation in stored
+        ]
+    carried = pulled[0].operations[0]
+    assert (carried.message, carried.percent_complete) == ('carried ü " \\ \n', 100 / 3)
+    assert carried.result == {"frames": 3, "nested": [None, 1.5]}
+
+
+def _pulled_fields(operation) -> dict:
+    return {name: getattr(operation, name) for name in sorted(PULLED_OPERATION_ATTNAMES)}
 
 
 def test_claim_writes_leases_progress_and_returns_queue_order(
