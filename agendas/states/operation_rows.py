@@ -45,24 +45,23 @@ def _operations_query(vendor: str) -> tuple[RowLoader, str, str]:
     return loader, select, f"ORDER BY o.{progress}, o.{position}"
 
 
-# What a pull hands on of each operation (its answer's `prior_progress.operations`, and the
-# definition a generated operation runs with): the instances the claim loads hold only these.
-PULLED_OPERATION_ATTNAMES = frozenset(
-    {
-        "position",
-        "name",
-        "type",
-        "state",
-        "percent_complete",
-        "message",
-        "attempt_count",
-        "result",
-        "params",
-        "diagnostics",
-        "is_generated",
-        "definition",
-    }
+# What a pull's answer shows of each operation, in the answer's order (the pull's serializer,
+# `scheduling.api.puller_serializers.PulledOperationSerializer`, declares these fields).
+PULLED_OPERATION_FIELDS = (
+    "name",
+    "type",
+    "state",
+    "percent_complete",
+    "message",
+    "attempt_count",
+    "result",
+    "params",
+    "diagnostics",
+    "is_generated",
 )
+# What the claim loads of each operation: those, its position, and the definition a generated
+# operation runs with (`OperationProgress.generated_definition`).
+PULLED_OPERATION_ATTNAMES = frozenset({*PULLED_OPERATION_FIELDS, "position", "definition"})
 
 
 def pulled_operations_sql(progress_id: str) -> str:

@@ -5,6 +5,7 @@ from rest_framework import serializers
 
 from agendas.api.serializers import OperationInputSerializer
 from agendas.models import Agenda, Execution, OperationProgress
+from agendas.states.operation_rows import PULLED_OPERATION_FIELDS
 from core.api import JSONObjectField, JSONValueField
 from scheduling.pull import MAX_PULL_COUNT, MAX_WAIT_SECONDS, PulledAgenda
 from scheduling.report import MAX_BATCH_REPORTS, REPORT_OUTCOMES
@@ -108,18 +109,7 @@ class AddOperationsSerializer(serializers.Serializer):
 class PulledOperationSerializer(serializers.ModelSerializer):
     class Meta:
         model = OperationProgress
-        fields = [
-            "name",
-            "type",
-            "state",
-            "percent_complete",
-            "message",
-            "attempt_count",
-            "result",
-            "params",
-            "diagnostics",
-            "is_generated",
-        ]
+        fields = list(PULLED_OPERATION_FIELDS)  # what the claim loads of each operation
         read_only_fields = fields
 
 
