@@ -142,10 +142,10 @@ def _with_operations(
     claimed: list[tuple[AgendaProgress, Execution]],
     read: dict[object, list[OperationProgress]] | None = None,
 ) -> list[PulledAgenda]:
-    """The pulled agendas, each with its operations: those the claim `read` already, else
-    read now in one statement."""
+    """The pulled agendas, each with its operations: those the claims `read` already when
+    they read every claimed agenda's (PostgreSQL), else read now in one statement."""
     operations: dict[object, list[OperationProgress]] = {}
-    if read is not None and all(progress.pk in read for progress, _ in claimed):
+    if read and all(progress.pk in read for progress, _ in claimed):
         operations = read
     else:
         for operation in operations_of_progress(progress.pk for progress, _ in claimed):
@@ -223,7 +223,6 @@ def _claim(*, insight: Insight, worker: str, count: int, pull_request: str) -> l
         )
     claimed = outcome.claimed
     operations = dict(outcome.operations or {})
-    read_by_claims = outcome.operations is not None
     fills_inline = outcome.fill_wanted and len(claimed) < count
     if outcome.nudge_wanted and not fills_inline:
         fill_nudge([insight.pk])
@@ -248,10 +247,9 @@ def _claim(*, insight: Insight, worker: str, count: int, pull_request: str) -> l
             )
         claimed += again.claimed
         operations.update(again.operations or {})
-        read_by_claims = read_by_claims and again.operations is not None
     if not claimed:
         return []
-    pulled = _with_operations(claimed, operations if read_by_claims else None)
+    pulled = _with_operations(claimed, operations)
     metrics.PULL_LATENCY.labels(insight.name).observe(time.perf_counter() - started)
     metrics.PULLED_AGENDAS.labels(insight.name).inc(len(claimed))
     return pulled
