@@ -205,6 +205,11 @@ class AgendaProgress(OwnedModel):
     # Some agenda was submitted to wait for this one (`after`; agendas/states/waits.py): only
     # then does its finish look for waiters to release. Set under this row's lock, never unset.
     has_waiters = models.BooleanField(default=False, db_default=False, editable=False)
+    # The number of this agenda's latest execution (0 before its first). A rerun keeps it: the
+    # claim numbers the next execution one more without reading the agenda's executions.
+    last_execution_number = models.PositiveSmallIntegerField(
+        default=0, db_default=0, editable=False
+    )
 
     class Meta:
         verbose_name_plural = "agenda progress"

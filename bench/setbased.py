@@ -40,7 +40,8 @@ from bench.outcomes import pulled_twice
 BASE_DB = "pop_bench_setbased"
 PULL = """
 WITH picked AS (
-    SELECT q.id AS queue_id, p.id AS progress_id, p.agenda_id, p.customer_id, p.link_id, p.cid
+    SELECT q.id AS queue_id, p.id AS progress_id, p.agenda_id, p.customer_id, p.link_id, p.cid,
+           p.last_execution_number
     FROM scheduling_queuedagenda q
     JOIN agendas_agendaprogress p ON p.agenda_id = q.agenda_id AND p.state = 'queued'
     WHERE q.insight_id = %(insight)s
@@ -54,8 +55,7 @@ WITH picked AS (
     INSERT INTO agendas_execution (id, agenda_id, customer_id, link_id, cid, number, insight_id,
         worker, lease_token, lease_expires_at, started_at, diagnostics, created_at, updated_at)
     SELECT gen_random_uuid(), picked.agenda_id, picked.customer_id, picked.link_id, picked.cid,
-        coalesce((SELECT max(e.number) FROM agendas_execution e
-                  WHERE e.agenda_id = picked.agenda_id), 0) + 1,
+        picked.last_execution_number + 1,
         %(insight)s, %(worker)s, gen_random_uuid(), now() + interval '60 seconds', now(),
         '[]'::jsonb, now(), now()
     FROM picked JOIN claimed ON claimed.id = picked.queue_id
@@ -63,7 +63,8 @@ WITH picked AS (
 )
 UPDATE agendas_agendaprogress p
 SET state = 'executing', current_execution_id = x.id, started_at = coalesce(p.started_at, now()),
-    message = 'executing on ' || %(worker)s, updated_at = now()
+    last_execution_number = x.number, message = 'executing on ' || %(worker)s,
+    updated_at = now()
 FROM executions x
 WHERE p.agenda_id = x.agenda_id
 RETURNING p.id, p.agenda_id, x.id, x.lease_token, x.number, x.lease_expires_at

@@ -12,8 +12,8 @@ process loops over one customer's work:
   them, queues them at the insight's next positions, moves their progress to `queued` and
   charges the lanes a turn each;
 - pull 10: the claim CTE of bench/setbased.py (queue and progress locked SKIP LOCKED, queue
-  rows deleted, executions inserted numbered max + 1, progress to `executing`) plus the read
-  of the operations the answer carries;
+  rows deleted, executions inserted numbered one after the progress row's last, progress to
+  `executing`) plus the read of the operations the answer carries;
 - batch report 10: bench/setbased.py's REPORT (lease checked under FOR UPDATE, execution
   ended, operations and agenda succeeded).
 

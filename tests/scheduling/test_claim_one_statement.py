@@ -132,35 +132,79 @@ def test_claim_keeps_the_first_start_time_of_a_retried_agenda(
     assert progress.started_at == earlier
 
 
-def test_claim_numbers_executions_after_the_highest_so_far(
+def test_claim_numbers_each_execution_one_after_the_agendas_last_across_reruns(
+    submitter, submit_agenda, insight, fill, pull, report
+):
+    from agendas.services import agenda_rerun
+
+    agenda = submit_agenda(submitter)
+    numbers = []
+    for _ in range(3):
+        fill(insight)
+        [pulled] = pull(insight)
+        numbers.append(pulled.execution.number)
+        assert pulled.progress.last_execution_number == pulled.execution.number
+        report(pulled, state="succeeded")
+        agenda_rerun(principal=submitter.user, agenda=agenda)  # attempts start again at 1
+
+    assert numbers == [1, 2, 3]
+    assert AgendaProgress.objects.get(agenda=agenda).last_execution_number == 3
+
+
+def test_claim_numbers_from_the_progress_row_not_from_the_executions_left(
     submitter, submit_agenda, insight, fill, pull
 ):
     agenda = submit_agenda(submitter)
+    # An agenda whose executions 1–6 ran before (and were pruned) numbers its next one 7.
+    AgendaProgress.objects.filter(agenda=agenda).update(last_execution_number=6)
     fill(insight)
-    [first] = pull(insight)
-    # An agenda that had executions 1 and 5 (say, history kept across reruns) gets 6 next.
-    Execution.objects.filter(pk=first.execution.pk).update(number=5, outcome="reclaimed")
-    Execution.objects.create(
-        agenda=agenda,
-        customer_id=agenda.customer_id,
-        number=1,
-        insight=insight,
-        lease_expires_at=timezone.now(),
-        started_at=timezone.now(),
-        outcome="reclaimed",
-    )
-    progress = AgendaProgress.objects.get(agenda=agenda)
-    progress.current_execution = None
-    progress.save(update_fields=["current_execution"])
+
+    [pulled] = pull(insight)
+
+    assert pulled.execution.number == 7
+    assert AgendaProgress.objects.get(agenda=agenda).last_execution_number == 7
+
+
+def test_the_portable_claim_numbers_executions_as_the_statement_does(
+    submitter, submit_agenda, insight
+):
+    from agendas.states.claim import executions_start
+
+    agenda = submit_agenda(submitter)
+    AgendaProgress.objects.filter(agenda=agenda).update(state="queued", last_execution_number=4)
     with transaction.atomic():
-        progress = AgendaProgress.objects.select_for_update().get(pk=progress.pk)
-        states.transition(progress, "pending", message="retry")
-        states.transition(progress, "ready")
-    fill(insight)
+        progress = AgendaProgress.objects.select_for_update().get(agenda=agenda)
+        [execution] = executions_start(
+            progresses=[progress], insight=insight, worker="w1", now=timezone.now()
+        )
 
-    [again] = pull(insight)
+    assert (execution.number, progress.last_execution_number) == (5, 5)
+    stored = AgendaProgress.objects.get(agenda=agenda)
+    assert (stored.state, stored.last_execution_number) == ("executing", 5)
 
-    assert again.execution.number == 6
+
+def test_the_migration_numbers_agendas_from_their_highest_execution(
+    submitter, submit_agenda, insight, fill, pull, report
+):
+    import importlib
+
+    from agendas.services import agenda_rerun
+
+    migration = importlib.import_module("agendas.migrations.0028_progress_last_execution_number")
+    ran = submit_agenda(submitter)
+    for _ in range(2):
+        fill(insight)
+        [pulled] = pull(insight)
+        report(pulled, state="succeeded")
+        agenda_rerun(principal=submitter.user, agenda=ran)
+    never_ran = submit_agenda(submitter)
+    AgendaProgress.objects.update(last_execution_number=0)  # as before the column existed
+
+    with connection.cursor() as cursor:
+        cursor.execute(migration.NUMBER_FROM_EXECUTIONS)
+
+    numbers = dict(AgendaProgress.objects.values_list("agenda_id", "last_execution_number"))
+    assert numbers == {ran.pk: 2, never_ran.pk: 0}
 
 
 def test_claim_writes_the_executing_callback_row(settings, submitter, submit_agenda, insight, fill):
