@@ -18,6 +18,8 @@ From database timestamps (pull times) and the commit time of the small submits:
   over the same length before them (alone); also its share of pulls inside the window.
 fifo is the control: the flood, older, must win (the small customers wait behind it). A third
 run repeats round_robin with POP_FILL_NUDGE_MIN_INTERVAL=0 (no per-process nudge throttle).
+Each run has the autovacuum stand-in beside it on a server without autovacuum (the pullers
+run the hot path's prepared statements, whose plans follow the tables only through ANALYZE).
 
 weighted_fair: three customers with weights 1:2:4, each with a backlog longer than the run,
 queue_size 100, pullers pull 50; the share each got over the first `weighted_pulls` pulls
@@ -33,6 +35,7 @@ import time
 import psycopg
 
 from bench import workers
+from bench.autovacuum import autovacuum_stand_in
 from bench.common import (
     NOOP_OPERATIONS,
     TEMPLATE_DB,
@@ -395,7 +398,10 @@ def run(*, quick: bool) -> PhaseResult:
             settings.POP_FILL_NUDGE_MIN_INTERVAL = throttle  # the forked roles inherit it
             try:
                 vacuum_analyze(dbname)
-                figures = contention(dbname, world, algorithm, alone, timeout, small_each)
+                # A run grows the executions from empty; a server with autovacuum keeps the
+                # planner's picture of them (and of the prepared hot path) current.
+                with autovacuum_stand_in(dbname):
+                    figures = contention(dbname, world, algorithm, alone, timeout, small_each)
                 record(result, label, figures)
             finally:
                 settings.POP_FILL_NUDGE_MIN_INTERVAL = default_throttle
@@ -416,7 +422,8 @@ def run(*, quick: bool) -> PhaseResult:
                 per_customer=math.ceil(target_pulls * 4 / 7) + 200,
             )
             vacuum_analyze(dbname)
-            figures = weighted(dbname, world, target_pulls, sizes["weighted_seconds"])
+            with autovacuum_stand_in(dbname):
+                figures = weighted(dbname, world, target_pulls, sizes["weighted_seconds"])
             say(
                 f"  fairness weighted_fair 1:2:4 over {figures['pulls']} pulls: shares "
                 f"{figures['shares']} vs {figures['expected']}, max error "

@@ -1,20 +1,22 @@
 """Prepared statements for the hot path only (docs/decisions.md, "Prepared statements").
 
-With `DATABASE_PREPARED_STATEMENTS=hot`, PostgreSQL binds every statement's parameters on the
-server (`server_side_binding`), but psycopg prepares none by default (`prepare_threshold=None`).
-Inside `hot_path_statements()` it prepares a statement the sixth time the connection runs it,
-so the pull's and the reports' statements — the same few texts run per agenda, by primary key
-or by the queue's own index — are parsed and planned once per connection. Lists and pages
-never run inside it, and a fill suspends it (`unprepared_statements`): after five runs
-PostgreSQL may plan a prepared statement generically, and a generic plan loses where the best
-plan depends on the values — a filtered list over a long, skewed history, or a fill's pick
-among lanes once one customer's backlog becomes eleven customers' (bench.fairness: the
-flooder kept 0.64 of its solo rate instead of 0.94). Generic plans also keep the picture of
-the tables they were made on until an ANALYZE replaces it: `hot` wants autovacuum on.
+With `DATABASE_PREPARED_STATEMENTS=hot` (the default on PostgreSQL), PostgreSQL binds every
+statement's parameters on the server (`server_side_binding`), but psycopg prepares none by
+default (`prepare_threshold=None`). Inside `hot_path_statements()` it prepares a statement the
+sixth time the connection runs it, so the pull's and the reports' statements — the same few
+texts run per agenda, by primary key or by the queue's own index — are parsed and planned once
+per connection. Lists and pages never run inside it, and a fill suspends it
+(`unprepared_statements`): after five runs PostgreSQL may plan a prepared statement
+generically, and a generic plan loses where the best plan depends on the values — a filtered
+list over a long, skewed history, or a fill's pick among lanes once one customer's backlog
+becomes eleven customers' (bench.fairness: the flooder kept 0.64 of its solo rate instead of
+0.94). Generic plans also keep the picture of the tables they were made on until an ANALYZE
+replaces it: `hot` wants autovacuum on (a report's lock read planned on an executions table
+analyzed while empty scanned it whole as it grew).
 
-`DATABASE_PREPARED_STATEMENTS` (settings.POP_PREPARED_STATEMENTS) chooses: `off` (the
-default: client-side binding, nothing prepared, both blocks change nothing), `hot` (this) or
-`all` (every statement, psycopg's own threshold).
+`DATABASE_PREPARED_STATEMENTS` (settings.POP_PREPARED_STATEMENTS) chooses: `hot` (this, the
+default), `off` (client-side binding, nothing prepared, both blocks change nothing) or `all`
+(every statement, psycopg's own threshold).
 """
 
 from collections.abc import Iterator

@@ -118,11 +118,12 @@ else:
         options = DATABASES["default"].setdefault("OPTIONS", {})
         options["options"] = f"{options.get('options', '')} -c jit=off".strip()
     # Where parameters are bound and which statements psycopg prepares is
-    # POP_PREPARED_STATEMENTS (core/prepared_statements.py, docs/decisions.md): "off" (the
-    # default) client-side binding and nothing prepared; "hot" the pull's and reports'
-    # statements from their sixth run on a connection (never a fill's); "all" every statement
+    # POP_PREPARED_STATEMENTS (core/prepared_statements.py, docs/decisions.md): "hot" (the
+    # default) the pull's and reports' statements from their sixth run on a connection (never
+    # a list's or a fill's), parameters bound on the server; "off" client-side binding and
+    # nothing prepared (PgBouncer before 1.21 in transaction mode); "all" every statement
     # (generic plans made lists over a long history 26% slower).
-    POP_PREPARED_STATEMENTS = env.str("DATABASE_PREPARED_STATEMENTS", default="off").lower()
+    POP_PREPARED_STATEMENTS = env.str("DATABASE_PREPARED_STATEMENTS", default="hot").lower()
     # The switch was a boolean before "hot" existed.
     POP_PREPARED_STATEMENTS = {"true": "all", "false": "off"}.get(
         POP_PREPARED_STATEMENTS, POP_PREPARED_STATEMENTS

@@ -53,15 +53,15 @@ def _settings_with_prepared_statements(value: str | None) -> subprocess.Complete
 @pytest.mark.parametrize(
     ("value", "expected"),
     [
-        (None, "off None unset"),  # bound on the client, nothing prepared
-        ("hot", "hot True None"),  # bound on the server, prepared only on the hot path
+        (None, "hot True None"),  # bound on the server, prepared only on the hot path
+        ("hot", "hot True None"),
         ("all", "all True 5"),
         ("true", "all True 5"),  # the switch's old boolean spellings
         ("off", "off None unset"),
         ("false", "off None unset"),
     ],
 )
-def test_prepared_statements_are_off_unless_configured(value, expected):
+def test_prepared_statements_are_the_hot_paths_unless_configured(value, expected):
     done = _settings_with_prepared_statements(value)
 
     assert done.returncode == 0, done.stderr
