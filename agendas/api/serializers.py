@@ -397,6 +397,25 @@ class AgendaBulkAgendaSerializer(serializers.ModelSerializer):
         return processing_state(agenda.progress.state)
 
 
+def bulk_agenda_data(agenda: Agenda) -> dict:
+    """`AgendaBulkAgendaSerializer(agenda).data`, built straight from the instance the submit
+    wrote. A ModelSerializer builds its fields from the model for every `many=True` answer and
+    walks them per agenda: a tenth of a bulk submit of 100 through the view (cProfile,
+    2026-11-27). The same keys in the same order and the same values (the related ids as the
+    UUIDs a `PrimaryKeyRelatedField` gives); a test holds the rendered answers equal."""
+    state = agenda.progress.state
+    return {
+        "id": str(agenda.pk),
+        "customer": agenda.customer_id,
+        "insight": agenda.insight_id,
+        "link_id": agenda.link_id,
+        "external_id": agenda.external_id,
+        "idempotency_key": agenda.idempotency_key,
+        "state": state,
+        "processing_state": processing_state(state),
+    }
+
+
 class AgendaBulkErrorSerializer(serializers.Serializer):
     errors = serializers.DictField(
         child=serializers.ListField(child=serializers.CharField()),

@@ -21,7 +21,6 @@ from agendas.api.filters import (
     OperationProgressFilter,
 )
 from agendas.api.serializers import (
-    AgendaBulkAgendaSerializer,
     AgendaBulkItemSerializer,
     AgendaBulkResponseSerializer,
     AgendaBulkSerializer,
@@ -39,6 +38,7 @@ from agendas.api.serializers import (
     TemplatePreviewResponseSerializer,
     TemplatePreviewSerializer,
     TemplateRunSerializer,
+    bulk_agenda_data,
 )
 from agendas.api.template_version_serializers import (
     TemplateVersionDetailSerializer,
@@ -116,14 +116,11 @@ def agenda_detail(request: Request, agenda: Agenda) -> dict:
 
 
 def bulk_results(results: list[Agenda | dict]) -> list[dict]:
-    """Serialize bulk results in order: the agenda, slim and as written, or the item's errors."""
-    agendas = iter(
-        AgendaBulkAgendaSerializer(
-            [result for result in results if isinstance(result, Agenda)], many=True
-        ).data
-    )
+    """Bulk results in order: the agenda, slim and as written (`AgendaBulkAgendaSerializer`'s
+    fields, `bulk_agenda_data`), or the item's errors."""
     return [
-        next(agendas) if isinstance(result, Agenda) else {"errors": result} for result in results
+        bulk_agenda_data(result) if isinstance(result, Agenda) else {"errors": result}
+        for result in results
     ]
 
 
