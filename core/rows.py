@@ -17,8 +17,9 @@ a foreign key id's (whose setter only drops a cached related object, which a new
 not got). Any other model goes through `from_db`.
 """
 
+import msgspec
 from django.db import connection
-from django.db.models import Model, signals
+from django.db.models import JSONField, Model, signals
 from django.db.models.base import ModelState
 from django.db.models.fields.related_descriptors import ForeignKeyDeferredAttribute
 
@@ -43,6 +44,7 @@ class RowLoader:
         for position, model_field in enumerate(self.fields):
             column = model_field.get_col(alias)
             found = connection.ops.get_db_converters(column) + column.get_db_converters(connection)
+            found = [_json_converter(model_field, converter) for converter in found]
             if found:
                 self.converters.append((position, column, found))
         self.direct = _builds_plainly(model, self.attnames)
@@ -61,6 +63,29 @@ class RowLoader:
         state = instance._state = ModelState()
         state.adding, state.db = False, self.alias
         return instance
+
+
+_JSON = msgspec.json.Decoder()
+
+
+def _json_converter(field, converter):
+    """`converter`, or for a plain JSONField's own `from_db_value` one that parses the
+    document with msgspec: the same values as `json.loads` (a fifth of its time), and the
+    field's own converter where msgspec refuses the text (a number past a float's range,
+    which `json.loads` reads as infinity)."""
+    plain = type(field) is JSONField and field.decoder is None
+    if not plain or getattr(converter, "__func__", None) is not JSONField.from_db_value:
+        return converter
+
+    def from_db_value(value, expression, connection):
+        if value is None:
+            return None
+        try:
+            return _JSON.decode(value)
+        except (msgspec.DecodeError, TypeError):
+            return converter(value, expression, connection)
+
+    return from_db_value
 
 
 def _builds_plainly(model, attnames: list[str]) -> bool:

@@ -68,3 +68,47 @@ def test_a_model_with_an_init_receiver_is_built_through_from_db(submitter, submi
 
     assert not loader.direct
     assert plain.direct
+
+
+JSON_DOCUMENTS = [
+    {},
+    [],
+    'text ü " \\ \n 😀',
+    {"big": 123456789012345678901234567890, "neg": -(2**70), "float": 100 / 3, "tiny": 5e-324},
+    {"nested": [[[{"a": [1, 2.5, -0.0, True, False, None]}]]], "order": {"z": 1, "a": 2}},
+]
+
+
+@pytest.mark.parametrize("document", JSON_DOCUMENTS, ids=range(len(JSON_DOCUMENTS)))
+def test_a_loaded_json_field_equals_the_orms_value(submitter, submit_agenda, document):
+    agenda = submit_agenda(submitter)
+    AgendaProgress.objects.filter(agenda=agenda).update(diagnostics=document)
+    loader = RowLoader(AgendaProgress, "p")
+    table = connection.ops.quote_name(AgendaProgress._meta.db_table)
+
+    (row,) = _rows([loader], f"FROM {table} p WHERE p.agenda_id = %s", [agenda.pk])
+    (loaded,) = load_row([loader], row)
+
+    stored = AgendaProgress.objects.get(agenda=agenda).diagnostics
+    assert loaded.diagnostics == stored == document
+    assert repr(loaded.diagnostics) == repr(stored)  # the same types, down to -0.0
+
+
+@pytest.mark.skipif(connection.vendor != "postgresql", reason="jsonb's own numbers")
+def test_a_json_number_past_a_floats_range_loads_as_the_orm_loads_it(submitter, submit_agenda):
+    agenda = submit_agenda(submitter)
+    table = connection.ops.quote_name(AgendaProgress._meta.db_table)
+    # jsonb keeps numbers as `numeric`: these come back as written, past what a float holds.
+    past = "1" + "0" * 400 + ".5"
+    with connection.cursor() as cursor:
+        cursor.execute(
+            f"UPDATE {table} SET diagnostics = %s::jsonb WHERE agenda_id = %s",
+            [f"[{past}, -{past}, 1e400, 1e-400, 1]", agenda.pk],
+        )
+    loader = RowLoader(AgendaProgress, "p")
+
+    (row,) = _rows([loader], f"FROM {table} p WHERE p.agenda_id = %s", [agenda.pk])
+    (loaded,) = load_row([loader], row)
+
+    assert loaded.diagnostics == AgendaProgress.objects.get(agenda=agenda).diagnostics
+    assert loaded.diagnostics == [float("inf"), float("-inf"), 10**400, 0.0, 1]
