@@ -207,8 +207,10 @@ class AgendaProgress(OwnedModel):
     has_waiters = models.BooleanField(default=False, db_default=False, editable=False)
     # The number of this agenda's latest execution (0 before its first). A rerun keeps it: the
     # claim numbers the next execution one more without reading the agenda's executions.
-    last_execution_number = models.PositiveSmallIntegerField(
-        default=0, db_default=0, editable=False
+    # NULL only on rows older than the column (agendas 0028): the claim reads their executions
+    # once and sets it.
+    last_execution_number = models.SmallIntegerField(
+        null=True, default=0, db_default=0, editable=False
     )
 
     class Meta:

@@ -8,7 +8,7 @@ from dataclasses import dataclass
 from datetime import datetime, timedelta
 
 from django.db import connection
-from django.db.models import Case, F, Value, When
+from django.db.models import Case, Max, Value, When
 
 from agendas.fill_nudge import fill_nudge
 from agendas.models import Agenda, AgendaProgress, Execution, OperationProgress
@@ -31,10 +31,22 @@ def executions_start(
     new lease each. PostgreSQL claims in one statement instead (`_queue_claim_postgresql`).
 
     `Execution.number` is one more than the agenda's latest (`last_execution_number`, which a
-    rerun keeps; `attempts_completed` restarts at a rerun, so the number cannot come from it).
+    rerun keeps; `attempts_completed` restarts at a rerun, so the number cannot come from it),
+    read from the executions for a row older than that column (NULL).
     """
     if not progresses:
         return []
+    older = [p.agenda_id for p in progresses if p.last_execution_number is None]
+    highest = (
+        dict(
+            Execution.objects.filter(agenda_id__in=older)
+            .values_list("agenda_id")
+            .annotate(n=Max("number"))
+            .values_list("agenda_id", "n")
+        )
+        if older
+        else {}
+    )
     lease_expires_at = now + timedelta(seconds=insight.lease_seconds)
     executions = [
         Execution(
@@ -42,7 +54,7 @@ def executions_start(
             customer_id=progress.customer_id,
             link_id=progress.link_id,
             cid=progress.cid,
-            number=progress.last_execution_number + 1,
+            number=_last_number(progress, highest) + 1,
             insight_id=insight.pk,
             worker=worker,
             pull_request=pull_request,
@@ -65,7 +77,13 @@ def executions_start(
             output_field=AgendaProgress._meta.get_field("current_execution").target_field,
         ),
         message=message,
-        last_execution_number=F("last_execution_number") + 1,
+        last_execution_number=Case(
+            *(
+                When(pk=progress.pk, then=Value(execution.number))
+                for progress, execution in zip(progresses, executions, strict=True)
+            ),
+            output_field=AgendaProgress._meta.get_field("last_execution_number"),
+        ),
     )
     if updated != len(progresses):
         # The caller locked these rows in state `queued`; anything else is a bug, not a race.
@@ -79,6 +97,12 @@ def executions_start(
         progress.updated_at = now
         callback_enqueue(progress, event=S.EXECUTING, now=now)
     return executions
+
+
+def _last_number(progress: AgendaProgress, highest: dict) -> int:
+    if progress.last_execution_number is not None:
+        return progress.last_execution_number
+    return highest.get(progress.agenda_id) or 0  # a row older than the column
 
 
 @dataclass(frozen=True)
@@ -177,7 +201,9 @@ WITH picked AS (
         worker, pull_request, lease_token, lease_expires_at, started_at, diagnostics, created_at,
         updated_at)
     SELECT gen_random_uuid(), picked.agenda_id, picked.customer_id, picked.link_id, picked.cid,
-        picked.last_execution_number + 1,
+        coalesce(picked.last_execution_number,
+                 (SELECT max(x.number) FROM {execution} x WHERE x.agenda_id = picked.agenda_id),
+                 0) + 1,
         %(insight)s, %(worker)s, %(pull_request)s, gen_random_uuid(), %(lease_expires_at)s,
         %(now)s,
         '[]'::jsonb, %(now)s, %(now)s
@@ -238,14 +264,15 @@ def _queue_claim_postgresql(
 ) -> tuple[list[tuple[AgendaProgress, Execution]], int, bool, dict[object, list]]:
     """The claim as one data-modifying CTE: lock queue and progress rows together (FOR UPDATE
     OF q, p SKIP LOCKED), delete the queue rows, insert the executions numbered one more than
-    each agenda's `last_execution_number` (no read of the executions: a probe of them per
-    claimed agenda was planned as a scan of every execution when the statement's generic plan
-    was made on a small table), move the progress rows to executing, and return them with
-    their executions, agendas and customers. The progress rows are updated by primary key,
-    without testing their state again: `picked` holds their locks, taken on rows that were
-    `queued`. Joined on agenda and state instead, the UPDATE was driven from the state index
-    when the statistics were stale, reading every queued row (a claim of 10 with 4,000
-    queued: 12 ms, 6.8 ms by primary key; 1.4 ms either way with fresh statistics).
+    each agenda's `last_execution_number` (no read of the executions, but for a row older than
+    that column: a probe of them per claimed agenda was planned as a scan of every execution
+    when the statement's generic plan was made on a small table), move the progress rows to
+    executing, and return them with their executions, agendas and customers. The progress
+    rows are updated by primary key, without testing their state again: `picked` holds their
+    locks, taken on rows that were `queued`. Joined on agenda and state instead, the UPDATE
+    was driven from the state index when the statistics were stale, reading every queued row
+    (a claim of 10 with 4,000 queued: 12 ms, 6.8 ms by primary key; 1.4 ms either way with
+    fresh statistics).
     The same statement counts the queue as it was before the claim
     (capped: enough to tell "under half full" afterwards) and whether the insight has ready
     agendas, and reads the claimed agendas' operations (`pulled_operations_sql`: what the

@@ -183,28 +183,46 @@ def test_the_portable_claim_numbers_executions_as_the_statement_does(
     assert (stored.state, stored.last_execution_number) == ("executing", 5)
 
 
-def test_the_migration_numbers_agendas_from_their_highest_execution(
+def test_an_agenda_older_than_the_column_is_numbered_from_its_executions_once(
     submitter, submit_agenda, insight, fill, pull, report
 ):
-    import importlib
-
     from agendas.services import agenda_rerun
 
-    migration = importlib.import_module("agendas.migrations.0028_progress_last_execution_number")
-    ran = submit_agenda(submitter)
-    for _ in range(2):
-        fill(insight)
-        [pulled] = pull(insight)
-        report(pulled, state="succeeded")
-        agenda_rerun(principal=submitter.user, agenda=ran)
-    never_ran = submit_agenda(submitter)
-    AgendaProgress.objects.update(last_execution_number=0)  # as before the column existed
+    agenda = submit_agenda(submitter)
+    fill(insight)
+    [first] = pull(insight)
+    report(first, state="succeeded")
+    agenda_rerun(principal=submitter.user, agenda=agenda)
+    # As a row written before agendas 0028 reads: no number kept.
+    AgendaProgress.objects.filter(agenda=agenda).update(last_execution_number=None)
+    fill(insight)
 
-    with connection.cursor() as cursor:
-        cursor.execute(migration.NUMBER_FROM_EXECUTIONS)
+    [second] = pull(insight)
 
-    numbers = dict(AgendaProgress.objects.values_list("agenda_id", "last_execution_number"))
-    assert numbers == {ran.pk: 2, never_ran.pk: 0}
+    assert second.execution.number == 2
+    assert AgendaProgress.objects.get(agenda=agenda).last_execution_number == 2
+
+
+def test_the_portable_claim_numbers_an_older_agenda_from_its_executions(
+    submitter, submit_agenda, insight, fill, pull, report
+):
+    from agendas.services import agenda_rerun
+    from agendas.states.claim import executions_start
+
+    agenda = submit_agenda(submitter)
+    fill(insight)
+    [first] = pull(insight)
+    report(first, state="succeeded")
+    agenda_rerun(principal=submitter.user, agenda=agenda)
+    AgendaProgress.objects.filter(agenda=agenda).update(state="queued", last_execution_number=None)
+    with transaction.atomic():
+        progress = AgendaProgress.objects.select_for_update().get(agenda=agenda)
+        [execution] = executions_start(
+            progresses=[progress], insight=insight, worker="w1", now=timezone.now()
+        )
+
+    assert (execution.number, progress.last_execution_number) == (2, 2)
+    assert AgendaProgress.objects.get(agenda=agenda).last_execution_number == 2
 
 
 def test_claim_writes_the_executing_callback_row(settings, submitter, submit_agenda, insight, fill):
