@@ -4,6 +4,8 @@ from dataclasses import dataclass
 
 import pytest
 from django.conf import settings
+from django.db import connection
+from django.db.migrations.executor import MigrationExecutor
 from django.test.utils import override_settings
 from rest_framework.test import APIClient
 
@@ -159,3 +161,12 @@ def api_client_for(db):
         return client
 
     return client_for
+
+
+@pytest.fixture
+def back_to_the_latest_schema():
+    """After a migration test (tests/migration_steps.py), the test database as every other
+    test expects it, whatever happened."""
+    yield
+    executor = MigrationExecutor(connection)
+    executor.migrate(executor.loader.graph.leaf_nodes())

@@ -5,30 +5,17 @@ import uuid
 
 import pytest
 from django.db import connection
-from django.db.migrations.executor import MigrationExecutor
+
+from tests.migration_steps import migrate
 
 pytestmark = [
     pytest.mark.django_db(transaction=True),
+    pytest.mark.usefixtures("back_to_the_latest_schema"),
     pytest.mark.skipif(connection.vendor != "postgresql", reason="PostgreSQL's own insert"),
 ]
 
 BEFORE = [("agendas", "0027_pull_request_answered_once")]
 AFTER = [("agendas", "0028_progress_last_execution_number")]
-
-
-def migrate(targets):
-    executor = MigrationExecutor(connection)
-    executor.loader.build_graph()
-    executor.migrate(targets)
-    return executor.loader.project_state(targets).apps
-
-
-@pytest.fixture(autouse=True)
-def back_to_the_latest_schema():
-    """Leave the test database as every other test expects it, whatever happens here."""
-    yield
-    executor = MigrationExecutor(connection)
-    executor.migrate(executor.loader.graph.leaf_nodes())
 
 
 def _numbers() -> dict:

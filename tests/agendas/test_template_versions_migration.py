@@ -4,28 +4,16 @@ copied from its fields and dated when the template last changed; agendas record 
 from datetime import UTC, datetime
 
 import pytest
-from django.db import connection
-from django.db.migrations.executor import MigrationExecutor
 
-pytestmark = pytest.mark.django_db(transaction=True)
+from tests.migration_steps import migrate
+
+pytestmark = [
+    pytest.mark.django_db(transaction=True),
+    pytest.mark.usefixtures("back_to_the_latest_schema"),
+]
 
 BEFORE = [("agendas", "0018_agenda_waits")]
 AFTER = [("agendas", "0019_template_versions")]
-
-
-def migrate(targets):
-    executor = MigrationExecutor(connection)
-    executor.loader.build_graph()
-    executor.migrate(targets)
-    return executor.loader.project_state(targets).apps
-
-
-@pytest.fixture(autouse=True)
-def back_to_the_latest_schema():
-    """Leave the test database as every other test expects it, whatever happens here."""
-    yield
-    executor = MigrationExecutor(connection)
-    executor.migrate(executor.loader.graph.leaf_nodes())
 
 
 def test_every_existing_template_gets_its_version_1_from_its_current_fields():

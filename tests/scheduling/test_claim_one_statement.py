@@ -183,9 +183,10 @@ def test_the_portable_claim_numbers_executions_as_the_statement_does(
     assert (stored.state, stored.last_execution_number) == ("executing", 5)
 
 
-def test_an_agenda_older_than_the_column_is_numbered_from_its_executions_once(
-    submitter, submit_agenda, insight, fill, pull, report
-):
+@pytest.fixture
+def ran_once_and_rerun(submitter, submit_agenda, insight, fill, pull, report):
+    """An agenda whose execution 1 ended and that was rerun, its progress row as one written
+    before agendas 0028 reads (no number kept)."""
     from agendas.services import agenda_rerun
 
     agenda = submit_agenda(submitter)
@@ -193,8 +194,14 @@ def test_an_agenda_older_than_the_column_is_numbered_from_its_executions_once(
     [first] = pull(insight)
     report(first, state="succeeded")
     agenda_rerun(principal=submitter.user, agenda=agenda)
-    # As a row written before agendas 0028 reads: no number kept.
     AgendaProgress.objects.filter(agenda=agenda).update(last_execution_number=None)
+    return agenda
+
+
+def test_an_agenda_older_than_the_column_is_numbered_from_its_executions_once(
+    ran_once_and_rerun, insight, fill, pull
+):
+    agenda = ran_once_and_rerun
     fill(insight)
 
     [second] = pull(insight)
@@ -204,17 +211,12 @@ def test_an_agenda_older_than_the_column_is_numbered_from_its_executions_once(
 
 
 def test_the_portable_claim_numbers_an_older_agenda_from_its_executions(
-    submitter, submit_agenda, insight, fill, pull, report
+    ran_once_and_rerun, insight
 ):
-    from agendas.services import agenda_rerun
     from agendas.states.claim import executions_start
 
-    agenda = submit_agenda(submitter)
-    fill(insight)
-    [first] = pull(insight)
-    report(first, state="succeeded")
-    agenda_rerun(principal=submitter.user, agenda=agenda)
-    AgendaProgress.objects.filter(agenda=agenda).update(state="queued", last_execution_number=None)
+    agenda = ran_once_and_rerun
+    AgendaProgress.objects.filter(agenda=agenda).update(state="queued")
     with transaction.atomic():
         progress = AgendaProgress.objects.select_for_update().get(agenda=agenda)
         [execution] = executions_start(

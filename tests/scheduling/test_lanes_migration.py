@@ -7,7 +7,12 @@ from django.db import connection
 from django.db.migrations.executor import MigrationExecutor
 from django.utils import timezone
 
-pytestmark = pytest.mark.django_db(transaction=True)
+from tests.migration_steps import migrate
+
+pytestmark = [
+    pytest.mark.django_db(transaction=True),
+    pytest.mark.usefixtures("back_to_the_latest_schema"),
+]
 
 BEFORE = [
     ("agendas", "0008_unanswered_outcome"),
@@ -19,21 +24,6 @@ AFTER = [
     ("scheduling", "0004_insight_schedule_info_moved"),
     ("resourcepools", "0004_fair_share"),
 ]
-
-
-def migrate(targets):
-    executor = MigrationExecutor(connection)
-    executor.loader.build_graph()
-    executor.migrate(targets)
-    return executor.loader.project_state(targets).apps
-
-
-@pytest.fixture(autouse=True)
-def back_to_the_latest_schema():
-    """Leave the test database as every other test expects it, whatever happens here."""
-    yield
-    executor = MigrationExecutor(connection)
-    executor.migrate(executor.loader.graph.leaf_nodes())
 
 
 def test_migrating_a_populated_database_keeps_every_agenda_and_wakes_the_ready_lanes():
