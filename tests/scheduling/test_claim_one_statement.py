@@ -258,3 +258,37 @@ def test_claim_skips_an_agenda_whose_progress_row_another_transaction_holds(
     assert list(QueuedAgenda.objects.values_list("agenda_id", flat=True)) == [held.pk]
     [again] = pull_service.insight_pull_once(insight=insight, worker="w1", count=10)
     assert again.agenda.pk == held.pk
+
+
+@on_postgresql
+def test_a_claim_reads_no_execution_by_postgresqls_own_counters(
+    submitter, submit_agenda, insight, fill, pull, report
+):
+    from agendas.services import agenda_rerun
+
+    agenda = submit_agenda(submitter)
+    for _ in range(3):  # executions of other agendas and of this one's earlier runs
+        submit_agenda(submitter)
+    fill(insight)
+    for item in pull(insight):
+        report(item, state="succeeded")
+    agenda_rerun(principal=submitter.user, agenda=agenda)
+    fill(insight)
+
+    before = _execution_scans()
+    [claimed] = pull_service.insight_pull_once(insight=insight, worker="w1", count=10)
+
+    assert claimed.execution.number == 2
+    assert _execution_scans() == before
+
+
+def _execution_scans() -> tuple[int, int]:
+    """The scans of the executions table in this (the test's) transaction so far: PostgreSQL's
+    own counters, pg_stat_xact_*, which need no flush."""
+    with connection.cursor() as cursor:
+        cursor.execute(
+            "SELECT seq_scan, coalesce(idx_scan, 0) FROM pg_stat_xact_user_tables "
+            "WHERE relname = %s",
+            [Execution._meta.db_table],
+        )
+        return cursor.fetchone()
