@@ -69,20 +69,16 @@ def executions_start(
         pk__in=[progress.pk for progress in progresses], state=S.QUEUED
     ).update(
         **entry_update(S.EXECUTING, now=now),
-        current_execution_id=Case(
-            *(
-                When(pk=progress.pk, then=Value(execution.pk))
-                for progress, execution in zip(progresses, executions, strict=True)
-            ),
-            output_field=AgendaProgress._meta.get_field("current_execution").target_field,
+        current_execution_id=_each_row(
+            progresses,
+            [execution.pk for execution in executions],
+            AgendaProgress._meta.get_field("current_execution").target_field,
         ),
         message=message,
-        last_execution_number=Case(
-            *(
-                When(pk=progress.pk, then=Value(execution.number))
-                for progress, execution in zip(progresses, executions, strict=True)
-            ),
-            output_field=AgendaProgress._meta.get_field("last_execution_number"),
+        last_execution_number=_each_row(
+            progresses,
+            [execution.number for execution in executions],
+            AgendaProgress._meta.get_field("last_execution_number"),
         ),
     )
     if updated != len(progresses):
@@ -97,6 +93,17 @@ def executions_start(
         progress.updated_at = now
         callback_enqueue(progress, event=S.EXECUTING, now=now)
     return executions
+
+
+def _each_row(progresses: list[AgendaProgress], values: list, field) -> Case:
+    """An UPDATE value giving each progress row (by primary key) its own of `values`."""
+    return Case(
+        *(
+            When(pk=progress.pk, then=Value(value))
+            for progress, value in zip(progresses, values, strict=True)
+        ),
+        output_field=field,
+    )
 
 
 def _last_number(progress: AgendaProgress, highest: dict) -> int:
