@@ -8,7 +8,8 @@ from dataclasses import dataclass, field
 from datetime import datetime
 
 from django.db import connection, transaction
-from django.db.models import Count, Exists, F, OuterRef
+from django.db.models import Count, Exists, F, OuterRef, Subquery
+from django.db.models.functions import Coalesce
 from django.utils import timezone
 
 from agendas import states
@@ -63,11 +64,11 @@ def insight_fill(
     with unprepared_statements(), transaction.atomic():
         if not insight_fill_try_lock(insight_id):
             return FillResult(insight_id=insight_id, skipped=True)
-        insight = Insight.objects.filter(pk=insight_id).first()
+        info, queued = _schedule_info_locked(insight_id)
+        insight = info.insight if info is not None else None
         if insight is None or insight.paused:
             return FillResult(insight_id=insight_id)  # deleted since the nudge, or paused
-        info, _ = InsightScheduleInfo.objects.select_for_update().get_or_create(insight=insight)
-        room = _fill_room(insight, appetite=appetite)
+        room = _fill_room(insight, queued=queued, appetite=appetite)
         insight_bucket, insight_tokens = rate_limits.insight_tokens(insight, now=now)
         if insight_tokens < room:
             room = insight_tokens
@@ -125,20 +126,27 @@ class _CustomerLimits:
     limit: tuple[int, int] | None  # rate limit: (agendas, period seconds)
 
 
+# A customer's fill limits, in `_limits`' order: as read from Customer, and from a lane.
+_LIMIT_COLUMNS = ("weight", "max_executing", "held", "rate_limit", "rate_period_seconds")
+_LIMIT_COLUMNS_OF_LANE = tuple(f"customer__{column}" for column in _LIMIT_COLUMNS)
+
+
+def _limits(
+    weight: int, cap: int | None, held: bool, rate_limit: int | None, period: int
+) -> _CustomerLimits:
+    return _CustomerLimits(
+        weight=weight,
+        cap=cap,
+        held=held,
+        limit=(rate_limit, period) if rate_limit is not None else None,
+    )
+
+
 def _customer_limits(customer_ids: set[object]) -> dict[object, _CustomerLimits]:
     if not customer_ids:
         return {}
-    return {
-        pk: _CustomerLimits(
-            weight=weight,
-            cap=cap,
-            held=held,
-            limit=(rate_limit, period) if rate_limit is not None else None,
-        )
-        for pk, weight, cap, held, rate_limit, period in Customer.objects.filter(
-            pk__in=customer_ids
-        ).values_list("pk", "weight", "max_executing", "held", "rate_limit", "rate_period_seconds")
-    }
+    rows = Customer.objects.filter(pk__in=customer_ids).values_list("pk", *_LIMIT_COLUMNS)
+    return {pk: _limits(*limits) for pk, *limits in rows}
 
 
 class _LaneFill:
@@ -217,6 +225,8 @@ class _LaneFill:
         return fairness.turn_key(last.served, last.customer_id)
 
     def _read_page(self) -> None:
+        """Read the next page of active lanes in turn order with their customers' limits, in
+        one statement (a lane whose customer is being deleted has no row to join)."""
         query = CustomerLane.objects.filter(insight_id=self.insight.pk, active=True)
         if self.after is not None:
             served, customer_id = self.after
@@ -224,28 +234,26 @@ class _LaneFill:
                 served=served, customer_id__lte=customer_id
             )
         if database_is_postgresql():
-            query = query.select_for_update(skip_locked=True)
+            query = query.select_for_update(skip_locked=True, of=("self",))
         size = self.room + 1
         page = list(
             query.order_by("served", "customer_id").values_list(
-                "pk", "customer_id", "served", "mean_seconds"
+                "pk", "customer_id", "served", "mean_seconds", *_LIMIT_COLUMNS_OF_LANE
             )[:size]
         )
         self.index_done = len(page) < size
         if not page:
             return
         self.after = (page[-1][2], page[-1][1])
-        customers = _customer_limits({row[1] for row in page})
+        customers = {row[1]: _limits(*row[4:]) for row in page}
         self.customers.update(customers)
         caps = {pk: c.cap for pk, c in customers.items() if c.cap is not None}
         allowance = _cap_allowance(caps)
         tokens = rate_limits.customer_tokens(
             {pk: c.limit for pk, c in customers.items() if c.limit is not None}, now=self.now
         )
-        for pk, customer_id, served, mean_seconds in page:
-            limits = customers.get(customer_id)
-            if limits is None:
-                continue  # the customer is being deleted
+        for pk, customer_id, served, mean_seconds, *_ in page:
+            limits = customers[customer_id]
             may_take = 0 if limits.held else self.room
             may_take = max(0, min(may_take, allowance.get(customer_id, may_take)))
             if customer_id in tokens and tokens[customer_id] < may_take:
@@ -456,8 +464,34 @@ def insights_fill(*, now: datetime | None = None) -> int:
     return sum(insight_fill(insight_id=pk, now=now).moved for pk in insights_to_fill())
 
 
-def _fill_room(insight: Insight, *, appetite: int = 0) -> int:
-    queued = QueuedAgenda.objects.filter(insight_id=insight.pk).count()
+def _schedule_info_locked(insight_id: object) -> tuple[InsightScheduleInfo | None, int]:
+    """The insight's schedule info, locked, with its insight and the queue's length: one
+    statement once the info row exists (made here at the insight's first fill). None when the
+    insight is gone."""
+    queued = (
+        QueuedAgenda.objects.filter(insight_id=OuterRef("insight_id"))
+        .order_by()
+        .values("insight_id")
+        .annotate(n=Count("pk"))
+        .values("n")
+    )
+    info = (
+        InsightScheduleInfo.objects.select_for_update(of=("self",))
+        .select_related("insight")
+        .annotate(queued=Coalesce(Subquery(queued), 0))
+        .filter(insight_id=insight_id)
+        .first()
+    )
+    if info is not None:
+        return info, info.queued
+    insight = Insight.objects.filter(pk=insight_id).first()
+    if insight is None:
+        return None, 0
+    info, _ = InsightScheduleInfo.objects.select_for_update().get_or_create(insight=insight)
+    return info, QueuedAgenda.objects.filter(insight_id=insight_id).count()
+
+
+def _fill_room(insight: Insight, *, queued: int, appetite: int = 0) -> int:
     room = insight.queue_size - queued + max(appetite, 0)
     if insight.execution_limit is not None:
         executing = Execution.objects.filter(insight_id=insight.pk, outcome__isnull=True).count()
