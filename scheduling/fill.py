@@ -46,6 +46,10 @@ class _LaneState:
     exhausted: bool = False  # `rows` are all its ready agendas
 
 
+# Lanes whose turns this fill recorded: lane pk -> (new `served`, pending seconds, agendas).
+_ServedLanes = dict[int, tuple[float, float, int]]
+
+
 def insight_fill(
     *, insight_id: object, now: datetime | None = None, appetite: int = 0
 ) -> FillResult:
@@ -98,20 +102,13 @@ def insight_fill(
         moved_picks = [pick for pick in picks if pick.agenda_id in moved_set]
         rate_limits.insight_take(insight, insight_bucket, len(moved), now=now)
         rate_limits.customers_take(buckets, limits, _count_by_customer(moved_picks), now=now)
+        served = {}
         if lanes is not None:
-            _lanes_record(insight, info, lanes, moved_picks, now=now)
+            served = _lanes_record(insight, info, lanes, moved_picks, now=now)
         info.next_position += len(moved)
         info.last_fill_at = now
         info.last_fill_count = len(moved)
-        info.save(
-            update_fields=[
-                "next_position",
-                "virtual_time",
-                "usage_epoch",
-                "last_fill_at",
-                "last_fill_count",
-            ]
-        )
+        _fill_record(info, served)
     if moved:
         metrics.FILLS.labels(insight.name).inc()
         metrics.FILLED_AGENDAS.labels(insight.name).inc(len(moved))
@@ -311,10 +308,11 @@ def _lanes_record(
     moved: list[fairness.ReadyCandidate],
     *,
     now: datetime,
-) -> None:
+) -> _ServedLanes:
     """Charge each served lane for the agendas it really moved, move the lanes that could take
     nothing (held, capped, rate-limited) up to the frontier (a turn missed is not owed later),
-    advance the insight's virtual time and make the lanes found empty inactive."""
+    advance the insight's virtual time and make the lanes found empty inactive. Returns the
+    lanes' new levels, for `_fill_record` to write with the schedule info."""
     costs = {}
     if fill.algorithm == Insight.Algorithm.FAIR_SHARE and moved:
         costs = dict(
@@ -328,7 +326,7 @@ def _lanes_record(
     frontier = fill.turns.frontier
     if frontier is None and fill.lanes:
         frontier = min(lane.served for lane in fill.lanes)
-    changed: dict[int, tuple[float, float, int]] = {}
+    changed: _ServedLanes = {}
     charging = fill.algorithm == Insight.Algorithm.FAIR_SHARE
     for lane in fill.lanes:
         served, pending = lane.served, 0.0
@@ -343,7 +341,6 @@ def _lanes_record(
             served = max(served, frontier)
         if served != lane.served:
             changed[lane.pk] = (served, pending, len(picks)) if charging else (served, 0.0, 0)
-    _lanes_set_served(changed)
     if frontier is not None:
         # Not a running maximum: fair share's corrections can lower every lane's service
         # (work that ran shorter than charged), and a lane waking at an old high mark would
@@ -358,33 +355,43 @@ def _lanes_record(
             if lane.exhausted and moved_count.get(lane.customer_id, 0) >= len(lane.rows)
         ],
     )
+    return changed
 
 
-def _lanes_set_served(changed: dict[int, tuple[float, float, int]]) -> None:
-    """Write each lane's new `served` and add to its pending charges (seconds, agendas)."""
-    if not changed:
-        return
-    if not database_is_postgresql():
-        for pk, (served, seconds, count) in changed.items():
+_INFO_FIELDS = ["next_position", "virtual_time", "usage_epoch", "last_fill_at", "last_fill_count"]
+
+
+def _fill_record(info: InsightScheduleInfo, served: _ServedLanes) -> None:
+    """Write what the fill decided: each served lane's new `served` plus its pending charges,
+    and the insight's schedule info (`_INFO_FIELDS`). On PostgreSQL one statement: the lanes'
+    UPDATE … FROM unnest as a data-modifying CTE of the info's UPDATE."""
+    if not served or not database_is_postgresql():
+        for pk, (level, seconds, count) in served.items():
             CustomerLane.objects.filter(pk=pk).update(
-                served=served,
+                served=level,
                 pending_charge=F("pending_charge") + seconds,
                 pending_count=F("pending_count") + count,
             )
+        info.save(update_fields=_INFO_FIELDS)
         return
-    table = connection.ops.quote_name(CustomerLane._meta.db_table)
+    quote = connection.ops.quote_name
     with connection.cursor() as cursor:
         cursor.execute(
-            f"UPDATE {table} l SET served = v.served, "
-            "pending_charge = l.pending_charge + v.seconds, "
+            f"WITH lanes AS (UPDATE {quote(CustomerLane._meta.db_table)} l "
+            "SET served = v.served, pending_charge = l.pending_charge + v.seconds, "
             "pending_count = l.pending_count + v.count "
             "FROM unnest(%s::bigint[], %s::float8[], %s::float8[], %s::int[]) "
-            "AS v(id, served, seconds, count) WHERE l.id = v.id",
+            "AS v(id, served, seconds, count) WHERE l.id = v.id RETURNING 1) "
+            f"UPDATE {quote(InsightScheduleInfo._meta.db_table)} SET "
+            + ", ".join(f"{quote(name)} = %s" for name in _INFO_FIELDS)
+            + " WHERE id = %s",
             [
-                list(changed),
-                [value[0] for value in changed.values()],
-                [value[1] for value in changed.values()],
-                [value[2] for value in changed.values()],
+                list(served),
+                [value[0] for value in served.values()],
+                [value[1] for value in served.values()],
+                [value[2] for value in served.values()],
+                *(getattr(info, name) for name in _INFO_FIELDS),
+                info.pk,
             ],
         )
 

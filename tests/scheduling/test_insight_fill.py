@@ -226,3 +226,31 @@ def test_a_fill_leaves_an_agenda_whose_progress_row_another_transaction_holds_re
     assert list(ReadyAgenda.objects.values_list("agenda_id", flat=True)) == [held.pk]
     assert fill_service.insight_fill(insight_id=insight.pk).moved == 1  # the next fill takes it
     assert QueuedAgenda.objects.get(agenda_id=held.pk).position == 3
+
+
+def test_a_fill_of_an_insight_deleted_since_its_nudge_moves_nothing_and_writes_nothing(insight):
+    insight_id = insight.pk
+    insight.delete()
+
+    result = fill_service.insight_fill(insight_id=insight_id)
+
+    assert (result.moved, result.skipped) == (0, False)
+    assert not InsightScheduleInfo.objects.filter(insight_id=insight_id).exists()
+
+
+def test_an_insights_first_fill_makes_its_schedule_info_and_counts_what_is_queued(
+    submitter, submit_agenda, insight
+):
+    insight.queue_size = 3
+    insight.save(update_fields=["queue_size"])
+    for _ in range(5):
+        submit_agenda(submitter)
+    assert fill_service.insight_fill(insight_id=insight.pk).moved == 3
+    InsightScheduleInfo.objects.filter(insight=insight).delete()  # as before any fill
+
+    again = fill_service.insight_fill(insight_id=insight.pk)
+
+    # Made afresh; the three already queued leave no room, so nothing moved.
+    assert (again.moved, again.room) == (0, 0)
+    assert InsightScheduleInfo.objects.filter(insight=insight).count() == 1
+    assert QueuedAgenda.objects.filter(insight=insight).count() == 3
