@@ -258,6 +258,7 @@ class OperationProgress(models.Model):
         on_delete=models.CASCADE,
         related_name="operations",
         db_constraint=False,  # see AGENDA_HISTORY_LINKS in agendas/states/reap.py
+        db_index=False,  # operation_name_per_agenda leads with it
     )
     customer = models.ForeignKey(
         "resourcepools.Customer",
@@ -349,6 +350,7 @@ class Execution(models.Model):
         on_delete=models.CASCADE,
         related_name="executions",
         db_constraint=False,  # see AGENDA_HISTORY_LINKS in agendas/states/reap.py
+        db_index=False,  # execution_number_per_agenda leads with it
     )
     customer = models.ForeignKey(
         "resourcepools.Customer",

@@ -22,7 +22,10 @@ class ReadyAgenda(models.Model):
         db_constraint=False,  # see AGENDA_SIDE_ROWS in agendas/states/reap.py
     )
     insight = models.ForeignKey(
-        "resourcepools.Insight", on_delete=models.CASCADE, related_name="ready_agendas"
+        "resourcepools.Insight",
+        on_delete=models.CASCADE,
+        related_name="ready_agendas",
+        db_index=False,  # ready_fair_order and ready_fifo_order lead with it
     )
     customer = models.ForeignKey(
         "resourcepools.Customer", on_delete=models.CASCADE, related_name="ready_agendas"
@@ -149,7 +152,10 @@ class QueuedAgenda(models.Model):
         db_constraint=False,  # see AGENDA_SIDE_ROWS in agendas/states/reap.py
     )
     insight = models.ForeignKey(
-        "resourcepools.Insight", on_delete=models.CASCADE, related_name="queued_agendas"
+        "resourcepools.Insight",
+        on_delete=models.CASCADE,
+        related_name="queued_agendas",
+        db_index=False,  # queue_order leads with it
     )
     customer = models.ForeignKey(
         "resourcepools.Customer", on_delete=models.CASCADE, related_name="queued_agendas"

@@ -1,0 +1,93 @@
+"""The tables every agenda writes keep no index that another one covers: a plain index whose
+columns (and operator classes) begin another index of the same table answers no question the
+longer one cannot, and costs a write at every insert and every non-HOT update. Migration 0029
+drops the four foreign-key indexes that were (docs/decisions.md)."""
+
+import pytest
+from django.db import connection
+
+from agendas.models import Agenda, AgendaProgress, Execution, OperationProgress
+from scheduling.models import QueuedAgenda, ReadyAgenda
+from tests.migration_steps import migrate
+
+HOT = (Agenda, AgendaProgress, OperationProgress, Execution, ReadyAgenda, QueuedAgenda)
+BEFORE = [("agendas", "0028_progress_last_execution_number")]
+AFTER = [("agendas", "0029_covered_foreign_key_indexes")]
+DROPPED = {
+    "agendas_execution_agenda_id_ea90cb63": "agendas_execution",
+    "agendas_operationprogress_agenda_progress_id_974e9266": "agendas_operationprogress",
+    "scheduling_queuedagenda_insight_id_f0e6038e": "scheduling_queuedagenda",
+    "scheduling_readyagenda_insight_id_fd45aa6b": "scheduling_readyagenda",
+}
+
+pytestmark = pytest.mark.skipif(
+    connection.vendor != "postgresql", reason="reads PostgreSQL's catalogue"
+)
+
+
+def covered_indexes(tables) -> list[tuple[str, str]]:
+    """(index, the index that covers it): neither partial nor on expressions, the first not
+    unique, its key columns and operator classes the leading ones of the second."""
+    with connection.cursor() as cursor:
+        cursor.execute(
+            """
+            SELECT i.indexrelid::regclass::text, j.indexrelid::regclass::text
+            FROM pg_index i
+            JOIN pg_index j ON j.indrelid = i.indrelid AND j.indexrelid <> i.indexrelid
+            WHERE i.indrelid = ANY(%s::regclass[])
+              AND NOT i.indisunique
+              AND i.indpred IS NULL AND j.indpred IS NULL
+              AND i.indexprs IS NULL AND j.indexprs IS NULL
+              AND (j.indkey::int2[])[0:i.indnkeyatts - 1] = (i.indkey::int2[])[0:i.indnkeyatts - 1]
+              AND (j.indclass::oid[])[0:i.indnkeyatts - 1]
+                  = (i.indclass::oid[])[0:i.indnkeyatts - 1]
+              AND j.indnkeyatts >= i.indnkeyatts
+            ORDER BY 1, 2
+            """,
+            [[model._meta.db_table for model in tables]],
+        )
+        return cursor.fetchall()
+
+
+def index_exists(name: str) -> bool:
+    with connection.cursor() as cursor:
+        cursor.execute("SELECT to_regclass(%s) IS NOT NULL", [f'"{name}"'])
+        return cursor.fetchone()[0]
+
+
+@pytest.mark.django_db
+def test_no_index_of_the_tables_every_agenda_writes_is_covered_by_another():
+    assert covered_indexes(HOT) == []
+
+
+@pytest.mark.django_db
+def test_the_covered_index_check_finds_an_index_that_is():
+    with connection.cursor() as cursor:
+        cursor.execute('CREATE INDEX "probe_queue_insight" ON scheduling_queuedagenda (insight_id)')
+
+    assert covered_indexes([QueuedAgenda]) == [("probe_queue_insight", "queue_order")]
+
+
+@pytest.mark.django_db(transaction=True)
+@pytest.mark.usefixtures("back_to_the_latest_schema")
+def test_the_migration_drops_only_the_covered_indexes_and_its_reverse_builds_them_again():
+    migrate(BEFORE)
+    assert all(index_exists(name) for name in DROPPED)
+    assert {name for name, _ in covered_indexes(HOT)} == set(DROPPED)
+
+    migrate(AFTER)
+
+    assert not any(index_exists(name) for name in DROPPED)
+    assert covered_indexes(HOT) == []
+    # The foreign keys themselves stay (the queue tables' insight constraints included).
+    with connection.cursor() as cursor:
+        cursor.execute(
+            "SELECT count(*) FROM pg_constraint WHERE contype = 'f' "
+            "AND conrelid = ANY(%s::regclass[]) AND confrelid = 'resourcepools_insight'::regclass",
+            [["scheduling_queuedagenda", "scheduling_readyagenda"]],
+        )
+        assert cursor.fetchone()[0] == 2
+
+    migrate(BEFORE)
+
+    assert all(index_exists(name) for name in DROPPED)
