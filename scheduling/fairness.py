@@ -78,6 +78,22 @@ def pick_fifo(candidates: Candidates, room: int) -> list[ReadyCandidate]:
     return picked
 
 
+def within_allowance(
+    picks: Sequence[ReadyCandidate], allowance: dict[Any, int]
+) -> list[ReadyCandidate]:
+    """The picks in order, each customer in `allowance` kept to at most that many (its first
+    ones); customers not in it keep all theirs."""
+    left = dict(allowance)
+    kept = []
+    for pick in picks:
+        if pick.customer_id in left:
+            if left[pick.customer_id] <= 0:
+                continue
+            left[pick.customer_id] -= 1
+        kept.append(pick)
+    return kept
+
+
 @dataclass(frozen=True)
 class Lane:
     """A customer's lane as `serve_lanes` sees it."""

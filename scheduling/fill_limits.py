@@ -76,12 +76,4 @@ def within_caps(
     if not capped:
         return picks
     customer_cap_locks(list(capped))
-    allowance = cap_allowance({pk: caps[pk] for pk in capped})
-    kept = []
-    for pick in picks:
-        if pick.customer_id in allowance:
-            if allowance[pick.customer_id] <= 0:
-                continue
-            allowance[pick.customer_id] -= 1
-        kept.append(pick)
-    return kept
+    return fairness.within_allowance(picks, cap_allowance({pk: caps[pk] for pk in capped}))

@@ -12,7 +12,7 @@ from datetime import datetime
 
 from agendas.queue_models import StartBucket
 from resourcepools.models import Insight
-from scheduling.fairness import ReadyCandidate
+from scheduling.fairness import ReadyCandidate, within_allowance
 
 # A customer's or an insight's limit: (agendas per period, period in seconds).
 Limit = tuple[int, int]
@@ -83,14 +83,7 @@ def within_customer_limits(
         pk: int(buckets[pk].level(now, limit=limits[pk][0], period_seconds=limits[pk][1]))
         for pk in limited
     }
-    kept = []
-    for pick in picks:
-        if pick.customer_id in allowance:
-            if allowance[pick.customer_id] <= 0:
-                continue
-            allowance[pick.customer_id] -= 1
-        kept.append(pick)
-    return kept, buckets
+    return within_allowance(picks, allowance), buckets
 
 
 def customers_take(

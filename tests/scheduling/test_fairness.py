@@ -14,6 +14,7 @@ from scheduling.fairness import (
     pick_fifo,
     serve_lanes,
     turn_key,
+    within_allowance,
 )
 
 T0 = datetime(2024, 1, 1, tzinfo=UTC)
@@ -350,3 +351,13 @@ def test_fifo_picks_a_prefix_of_each_customer_up_to_room_without_repeats(fill):
     candidates, room, _ = fill
 
     assert_fair_shape(candidates, room, pick_fifo(candidates, room))
+
+
+def test_within_allowance_keeps_each_limited_customers_first_picks_and_every_other_pick():
+    picks = [agenda("A", 1), agenda("B", 1), agenda("A", 2), agenda("C", 1), agenda("A", 3)]
+    allowance = {"A": 2, "C": 0}
+
+    kept = within_allowance(picks, allowance)
+
+    assert [pick.agenda_id for pick in kept] == ["A1", "B1", "A2"]
+    assert allowance == {"A": 2, "C": 0}  # the caller's counts are left as they were
