@@ -131,12 +131,25 @@ def cross_figures(results: dict[str, PhaseResult]) -> None:
 
 
 def floor_figures(results: dict[str, PhaseResult]) -> None:
-    """POP's CPU per agenda over HTTP against the set-based sketch of the same cycle (the
-    database's own minimum for the contract's rows, bench/setbased_cycle.py)."""
+    """POP's CPU, WAL and shared buffers per agenda over HTTP against the set-based sketch of
+    the same cycle (the database's own minimum for the contract's rows,
+    bench/setbased_cycle.py)."""
     http, cycle = results.get("http"), results.get("cycle")
     if not http or not cycle:
         return
     floor = {f.metric.rsplit(": ", 1)[-1]: f.value for f in cycle.figures if "CPU" in f.metric}
+    work = {
+        f.metric.rsplit(", ", 1)[-1]: f.value
+        for f in cycle.figures
+        if f.metric.endswith(" per agenda") and "CPU" not in f.metric
+    }
+    for figure in http.figures:
+        sketch = work.get(figure.metric)
+        if _finite(figure.value) and _finite(sketch) and sketch:
+            # Pages touched and WAL written: the work itself, which CPU contention does not
+            # inflate (both runs with the autovacuum stand-in).
+            figure.ratio = figure.value / sketch
+            figure.reference = "the sketch's (cycle)"
     if not all(_finite(floor.get(part)) for part in ("postgresql", "client")):
         return
     whole = floor["postgresql"] + floor["client"]

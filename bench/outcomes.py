@@ -37,6 +37,22 @@ def sessions_opened(dbname: str) -> int:
     return int(row[0]) if row else 0
 
 
+# A backend sends its counters to pg_stat_database at most once a second, and within a second
+# of going idle: read them this long after the work stopped.
+STATS_FLUSH_SECONDS = 1.5
+
+
+def buffers_touched(dbname: str) -> int:
+    """Shared buffers read or found in `dbname` so far, by every backend (each page an
+    executor, a trigger or a vacuum touched, once per touch): work that, unlike CPU time,
+    another process's load does not inflate. Sleep STATS_FLUSH_SECONDS after the work first."""
+    with psycopg.connect(dsn(ADMIN_DB)) as conn:
+        row = conn.execute(
+            "SELECT blks_hit + blks_read FROM pg_stat_database WHERE datname = %s", [dbname]
+        ).fetchone()
+    return int(row[0]) if row else 0
+
+
 def wal_written() -> int:
     """Bytes of WAL the server has written so far (its current position)."""
     with psycopg.connect(dsn(ADMIN_DB)) as conn:

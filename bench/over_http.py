@@ -16,7 +16,9 @@ Four kinds of run on the same servers:
    submit→complete p50/p99, client-side p50/p99 of each request kind, requests per agenda;
    and where the machine's CPU went: CPU ms per terminal agenda of gunicorn, PostgreSQL (its
    processes and its exited backends, from /proc), the qcluster and the client processes,
-   the connections opened, and the rate the cores would allow at that cost; then the same run
+   the connections opened, the WAL written and the shared buffers touched (pg_stat_database;
+   beside the sketch's in bench.setbased_cycle), and the rate the cores would allow at that
+   cost; then the same run
    with the insight at the default queue_size 10 (a pull that drains a short queue fills it
    inline), its rate as a ratio of the run at 100;
 3. the report endpoint alone: 2 processes send heartbeat reports (`executions/{id}/report/`,
@@ -52,6 +54,8 @@ from bench.common import (
 )
 from bench.e2e import record
 from bench.outcomes import (
+    STATS_FLUSH_SECONDS,
+    buffers_touched,
     pulled_twice,
     sessions_opened,
     state_counts,
@@ -207,6 +211,8 @@ def throughput(
     context = multiprocessing.get_context("fork")
     stop, out, submitted_out = context.Event(), context.Queue(), context.Queue()
     before = state_counts(dbname).get("succeeded", 0)
+    time.sleep(STATS_FLUSH_SECONDS)  # the counters of the work before this run are all in
+    buffers_before = buffers_touched(dbname)
     cpu_before, wall_before = cpu_seconds(servers_), time.perf_counter()
     sessions_before, wal_before = sessions_opened(dbname), wal_written()
     began = time.time()
@@ -239,6 +245,8 @@ def throughput(
     sessions = sessions_opened(dbname) - sessions_before
     wal = wal_written() - wal_before
     cpu_wall = time.perf_counter() - wall_before
+    time.sleep(STATS_FLUSH_SECONDS)
+    buffers = buffers_touched(dbname) - buffers_before
     figures = timings(dbname, created_after=began)
     figures.update(
         submitted=submitted["submitted"],
@@ -253,6 +261,7 @@ def throughput(
         cpu_wall=cpu_wall,
         sessions=sessions,
         wal=wal,
+        buffers=buffers,
     )
     return figures
 
@@ -298,6 +307,12 @@ def record_costs(result: PhaseResult, figures: dict) -> None:
         figures["wal"] / terminal,
         "bytes",
         note="the whole server's, the autovacuum stand-in's included",
+    )
+    result.add(
+        "shared buffers touched per agenda",
+        figures["buffers"] / terminal,
+        "pages",
+        note="pg_stat_database: every backend's, the autovacuum stand-in's included",
     )
     busy = total / (cores * figures["cpu_wall"])
     result.add(

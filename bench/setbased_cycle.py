@@ -18,9 +18,14 @@ process loops over one customer's work:
   ended, operations and agenda succeeded).
 
 The same rows POP writes per agenda, a handful of statements per 10 or 100 agendas, no ORM,
-no HTTP, no validation, no callbacks, metrics or nudges: a floor, not a promise. Its
-figures are PostgreSQL's CPU per agenda (its processes, from /proc) and the client's, set
-beside POP's own in the same run (bench.over_http, bench.e2e).
+no HTTP, no validation, no callbacks, metrics or nudges: a floor, not a promise. It runs
+under the same autovacuum stand-in as POP's run over HTTP (bench/autovacuum.py: without its
+ANALYZE the sketch's operations read was planned on the empty tables and scanned them as they
+grew, 40 pages an agenda instead of 10). Its figures, per agenda, set beside POP's own in the
+same run (bench.over_http, bench.e2e): PostgreSQL's CPU (its processes, from /proc) and the
+client's; the WAL the server wrote; and the shared buffers the database's backends touched
+(pg_stat_database: pages read or found, the stand-in's included), the work itself, which
+another process's load on the cores does not inflate as it inflates CPU.
 """
 
 from __future__ import annotations
@@ -31,6 +36,7 @@ import time
 
 import psycopg
 
+from bench.autovacuum import autovacuum_stand_in
 from bench.common import (
     NOOP_OPERATIONS,
     TEMPLATE_DB,
@@ -45,6 +51,7 @@ from bench.common import (
     phase_main,
     say,
 )
+from bench.outcomes import STATS_FLUSH_SECONDS, buffers_touched, wal_written
 from bench.setbased import OPERATIONS, PULL, REPORT, outcome_problem
 
 BASE_DB = "pop_bench_setbased_cycle"
@@ -205,14 +212,17 @@ def run(*, quick: bool) -> PhaseResult:
         world = make_world(customers=PROCESSES, queue_size=QUEUE_SIZE)
         InsightScheduleInfo.objects.get_or_create(insight_id=world.insight_id)
         close_django_connections()
-        figures = _measure(world, seconds)
+        time.sleep(STATS_FLUSH_SECONDS)
+        with autovacuum_stand_in(BASE_DB):
+            figures = _measure(world, seconds)
     finally:
         close_django_connections()
         drop_database(BASE_DB)
     say(
         f"  set-based whole cycle: {figures['done']} agendas in {figures['seconds']:.2f} s = "
         f"{figures['rate']:.0f}/s; CPU per agenda: PostgreSQL {figures['pg_ms']:.3f} ms, "
-        f"client {figures['client_ms']:.3f} ms"
+        f"client {figures['client_ms']:.3f} ms; WAL {figures['wal']:,.0f} bytes, "
+        f"{figures['buffers']:.1f} shared buffers touched"
         + (f"  REJECTED: {figures['problem']}" if figures["problem"] else "")
     )
     if figures["problem"]:
@@ -221,6 +231,8 @@ def run(*, quick: bool) -> PhaseResult:
     result.add(label, figures["rate"], "agendas/s")
     result.add(f"{label}, CPU per agenda: postgresql", figures["pg_ms"], "ms")
     result.add(f"{label}, CPU per agenda: client", figures["client_ms"], "ms")
+    result.add(f"{label}, WAL written per agenda", figures["wal"], "bytes")
+    result.add(f"{label}, shared buffers touched per agenda", figures["buffers"], "pages")
     return result
 
 
@@ -236,12 +248,16 @@ def _measure(world, seconds: float) -> dict:
     ]
     for process in processes:
         process.start()
-    before = cpu_seconds({})["postgresql"]
+    before, wal_before = cpu_seconds({})["postgresql"], wal_written()
+    buffers_before = buffers_touched(BASE_DB)
     start.wait()
     results = [out.get(timeout=600) for _ in processes]
     for process in processes:
         process.join()
     pg = cpu_seconds({})["postgresql"] - before
+    wal = wal_written() - wal_before
+    time.sleep(STATS_FLUSH_SECONDS)
+    buffers = buffers_touched(BASE_DB) - buffers_before
     done = sum(r[0] for r in results)
     elapsed = max(r[2] for r in results) - min(r[1] for r in results)
     problem = outcome_problem(BASE_DB, done, refused=any(r[3] for r in results))
@@ -251,6 +267,8 @@ def _measure(world, seconds: float) -> dict:
         "rate": done / elapsed,
         "pg_ms": pg / done * 1000,
         "client_ms": sum(r[4] for r in results) / done * 1000,
+        "wal": wal / done,
+        "buffers": buffers / done,
         "problem": problem,
     }
 
