@@ -18,9 +18,8 @@ Four kinds of run on the same servers:
    processes and its exited backends, from /proc), the qcluster and the client processes,
    the connections opened, the WAL written and the shared buffers touched (pg_stat_database;
    beside the sketch's in bench.setbased_cycle), and the rate the cores would allow at that
-   cost; then the same run
-   with the insight at the default queue_size 10 (a pull that drains a short queue fills it
-   inline), its rate as a ratio of the run at 100;
+   cost; then the same run with the insight at the default queue_size 10 (a pull that drains
+   a short queue fills it inline), its rate as a ratio of the run at 100;
 3. the report endpoint alone: 2 processes send heartbeat reports (`executions/{id}/report/`,
    empty body: one locked read + one UPDATE) for a few seconds — req/s;
 4. pull latency with `http_waiting` ready agendas behind the queue (built with set-based SQL),

@@ -21,7 +21,7 @@ The same rows POP writes per agenda, a handful of statements per 10 or 100 agend
 no HTTP, no validation, no callbacks, metrics or nudges: a floor, not a promise. It runs
 under the same autovacuum stand-in as POP's run over HTTP (bench/autovacuum.py: without its
 ANALYZE the sketch's operations read was planned on the empty tables and scanned them as they
-grew, 40 pages an agenda instead of 10). Its figures, per agenda, set beside POP's own in the
+grew, 41 pages an agenda instead of 9). Its figures, per agenda, set beside POP's own in the
 same run (bench.over_http, bench.e2e): PostgreSQL's CPU (its processes, from /proc) and the
 client's; the WAL the server wrote; and the shared buffers the database's backends touched
 (pg_stat_database: pages read or found, the stand-in's included), the work itself, which
