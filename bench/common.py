@@ -412,8 +412,9 @@ def jain(values: Sequence[float]) -> float:
 _TICKS = os.sysconf("SC_CLK_TCK") if hasattr(os, "sysconf") else 100
 
 
-def _proc_stats() -> list[tuple[int, str, int, float, float]]:
-    """(pid, command, process group, own CPU s, reaped children's CPU s) of every process."""
+def _proc_stats() -> list[tuple[int, str, str, int, float, float]]:
+    """(pid, command, state, process group, own CPU s, reaped children's CPU s) of every
+    process."""
     found = []
     for entry in os.listdir("/proc"):
         if not entry.isdigit():
@@ -430,12 +431,19 @@ def _proc_stats() -> list[tuple[int, str, int, float, float]]:
             (
                 int(entry),
                 command,
+                fields[0],
                 int(fields[2]),
                 (int(fields[11]) + int(fields[12])) / _TICKS,
                 (int(fields[13]) + int(fields[14])) / _TICKS,
             )
         )
     return found
+
+
+def live_processes_in_group(group: int) -> int:
+    """Processes of process group `group` (a server started by bench.servers leads its own)
+    that are not zombies."""
+    return sum(1 for _, _, state, pgrp, _, _ in _proc_stats() if pgrp == group and state != "Z")
 
 
 def machine_cpu_seconds() -> float:
@@ -453,7 +461,7 @@ def cpu_seconds(groups: dict[str, int]) -> dict[str, float]:
     exited backends used (the postmaster's reaped children)."""
     totals = dict.fromkeys([*groups, "postgresql"], 0.0)
     by_group = {pgid: name for name, pgid in groups.items()}
-    for _, command, pgrp, own, reaped in _proc_stats():
+    for _, command, _, pgrp, own, reaped in _proc_stats():
         if command == "postgres":
             totals["postgresql"] += own + reaped
         elif pgrp in by_group:

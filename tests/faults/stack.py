@@ -22,7 +22,7 @@ import httpx
 import psycopg
 
 from bench import servers
-from bench.common import PYTHON, World, pop_env
+from bench.common import PYTHON, World, live_processes_in_group, pop_env
 from popclient.client import PopClient
 from popclient.errors import ServerError, TransportError
 from tests.faults.postgres import PrivatePostgres
@@ -141,7 +141,7 @@ class Stack:
         """Whether cluster `name` has forked its whole family: django-q2's sentinel, pusher and
         monitor and its POP_Q_WORKERS workers, which it forks once Django is loaded."""
         expected = 4 + int(POP_ENV["POP_Q_WORKERS"])
-        return _live_processes_in_group(self.processes[name].pid) >= expected
+        return live_processes_in_group(self.processes[name].pid) >= expected
 
     def start_worker(self, name: str, *, concurrency: int = 4) -> servers.Process:
         worker = servers.pop_worker(
@@ -324,16 +324,3 @@ def run_world_script(postgres: PrivatePostgres, dbname: str) -> tuple[World, str
     )
     data = json.loads(done.stdout.strip().splitlines()[-1])
     return World(**data["world"]), data["idle_insight"]
-
-
-def _live_processes_in_group(group: int) -> int:
-    """Processes of process group `group` that are not zombies, from /proc."""
-    count = 0
-    for stat in Path("/proc").glob("[0-9]*/stat"):
-        try:
-            fields = stat.read_text().rsplit(")", 1)[1].split()
-        except (OSError, IndexError):
-            continue  # gone while read
-        if int(fields[2]) == group and fields[0] != "Z":
-            count += 1
-    return count
