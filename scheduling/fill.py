@@ -26,7 +26,13 @@ from scheduling.fill_lanes import (
     lanes_record,
     read_rows,
 )
-from scheduling.fill_limits import cap_allowance, customer_limits, within_caps
+from scheduling.fill_limits import (
+    cap_allowance,
+    caps_of,
+    customer_limits,
+    rate_limits_of,
+    within_caps,
+)
 from scheduling.locks import database_is_postgresql, insight_fill_try_lock
 from scheduling.models import CustomerLane, InsightScheduleInfo, QueuedAgenda, ReadyAgenda
 
@@ -79,8 +85,7 @@ def insight_fill(
             lanes.run()
             picks = lane_picks(lanes)
             customers = lanes.customers
-        caps = {pk: c.cap for pk, c in customers.items() if c.cap is not None}
-        limits = {pk: c.limit for pk, c in customers.items() if c.limit is not None}
+        caps, limits = caps_of(customers), rate_limits_of(customers)
         picks = within_caps(picks, caps)
         picks, buckets = rate_limits.within_customer_limits(picks, limits, now=now)
         moved = states.progress_queue_many(
@@ -171,10 +176,8 @@ def _fifo_picks(insight: Insight, room: int, *, now: datetime) -> list[fairness.
         for _, customer_id, _ in oldest:
             slots[customer_id] = slots.get(customer_id, 0) + 1
         customers = customer_limits(set(slots))
-        allowance = cap_allowance({pk: c.cap for pk, c in customers.items() if c.cap is not None})
-        tokens = rate_limits.customer_tokens(
-            {pk: c.limit for pk, c in customers.items() if c.limit is not None}, now=now
-        )
+        allowance = cap_allowance(caps_of(customers))
+        tokens = rate_limits.customer_tokens(rate_limits_of(customers), now=now)
         taken = _count_by_customer(picks)
         lanes = []
         for customer_id, count in slots.items():

@@ -16,7 +16,9 @@ from scheduling.fill_limits import (
     LIMIT_COLUMNS_OF_LANE,
     CustomerLimits,
     cap_allowance,
+    caps_of,
     limits_of,
+    rate_limits_of,
 )
 from scheduling.locks import database_is_postgresql
 from scheduling.models import CustomerLane, InsightScheduleInfo, ReadyAgenda
@@ -139,11 +141,8 @@ class LaneFill:
         self.after = (page[-1][2], page[-1][1])
         customers = {row[1]: limits_of(*row[4:]) for row in page}
         self.customers.update(customers)
-        caps = {pk: c.cap for pk, c in customers.items() if c.cap is not None}
-        allowance = cap_allowance(caps)
-        tokens = rate_limits.customer_tokens(
-            {pk: c.limit for pk, c in customers.items() if c.limit is not None}, now=self.now
-        )
+        allowance = cap_allowance(caps_of(customers))
+        tokens = rate_limits.customer_tokens(rate_limits_of(customers), now=self.now)
         for pk, customer_id, served, mean_seconds, *_ in page:
             limits = customers[customer_id]
             may_take = 0 if limits.held else self.room

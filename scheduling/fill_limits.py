@@ -37,6 +37,16 @@ def limits_of(
     )
 
 
+def caps_of(customers: dict[object, CustomerLimits]) -> dict[object, int]:
+    """The customers' `max_executing` caps, for those that have one."""
+    return {pk: c.cap for pk, c in customers.items() if c.cap is not None}
+
+
+def rate_limits_of(customers: dict[object, CustomerLimits]) -> dict[object, tuple[int, int]]:
+    """The customers' rate limits, for those that have one."""
+    return {pk: c.limit for pk, c in customers.items() if c.limit is not None}
+
+
 def customer_limits(customer_ids: set[object]) -> dict[object, CustomerLimits]:
     if not customer_ids:
         return {}
