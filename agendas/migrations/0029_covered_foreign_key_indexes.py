@@ -1,4 +1,4 @@
-"""Drop the three foreign-key indexes that a composite index leading with the same column
+"""Drop the four foreign-key indexes that a composite index leading with the same column
 already covers (docs/decisions.md, "The hot tables keep no index another one covers"):
 executions by agenda (`execution_number_per_agenda` is (agenda, number)), operations by
 progress (`operation_name_per_agenda` is (agenda_progress, name)), ready and queued rows by
