@@ -12,7 +12,7 @@ import zlib
 from collections.abc import Iterator
 from contextlib import contextmanager
 
-from django.db import connection
+from django.db import connection, transaction
 
 # First key of the two-int advisory lock form: keeps POP's locks apart from anyone else's.
 FILL_LOCK_NAMESPACE = 0x504F5046  # "POPF"
@@ -40,6 +40,21 @@ def insight_fill_try_lock(insight_id: object) -> bool:
             [FILL_LOCK_NAMESPACE, insight_lock_key(insight_id)],
         )
         return bool(cursor.fetchone()[0])
+
+
+def insight_fill_wait(insight_id: object) -> None:
+    """Wait until the fill that holds the insight's fill lock has committed or rolled back, and
+    hold nothing after: a shared lock on the same key, taken and released in a transaction of
+    its own (so only outside one). Several waiters share it and are let through together."""
+    if connection.in_atomic_block:
+        raise RuntimeError("insight_fill_wait() must run outside a transaction")
+    if not database_is_postgresql():
+        return
+    with transaction.atomic(), connection.cursor() as cursor:
+        cursor.execute(
+            "SELECT pg_advisory_xact_lock_shared(%s, %s)",
+            [FILL_LOCK_NAMESPACE, insight_lock_key(insight_id)],
+        )
 
 
 # First key of the per-customer cap locks (max_executing across every insight and node).

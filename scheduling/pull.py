@@ -18,7 +18,7 @@ from resourcepools.models import Insight, Membership
 from resourcepools.selectors import Principal, require_role
 from scheduling import metrics
 from scheduling.fill import insight_fill
-from scheduling.locks import database_is_postgresql
+from scheduling.locks import database_is_postgresql, insight_fill_wait
 
 logger = logging.getLogger("pop.scheduling")
 # First key of the advisory lock the checks of one pull request take turns with (the others
@@ -230,12 +230,17 @@ def _claim(*, insight: Insight, worker: str, count: int, pull_request: str) -> l
     # leaves the queue full for the next pull instead of drained: one round, and one more for
     # rival pullers that took some of it; a fill that moves nothing ends them. Each claim after
     # a fill nudges a fill if it leaves the queue short.
+    # A fill another puller (or the cluster) is making at that moment skips this one's; then
+    # the pull waits for that fill to commit and claims from it, rather than come back short
+    # and sleep while the queue it waits for is being filled (outside a request's turn only:
+    # the turn's transaction would keep the wait's lock to its end).
     rounds = 2 if fills_inline else 0
-    while (
-        rounds
-        and len(claimed) < count
-        and insight_fill(insight_id=insight.pk, appetite=count - len(claimed)).moved
-    ):
+    while rounds and len(claimed) < count:
+        fill = insight_fill(insight_id=insight.pk, appetite=count - len(claimed))
+        if fill.skipped and not connection.in_atomic_block:
+            insight_fill_wait(insight.pk)
+        elif not fill.moved:
+            break
         rounds -= 1
         with transaction.atomic(savepoint=False):
             again = states.queue_claim_outcome(

@@ -2,12 +2,17 @@
 docs/design.md §6.3): a short `queue_size` keeps a fill's fairness without bounding what
 pullers take, and the inline fill keeps every promise of a fill (order, caps, exactly once)."""
 
+import threading
+import time
+from concurrent.futures import ThreadPoolExecutor
+
 import pytest
-from django.db import connection
+from django.db import connection, transaction
 from django.test.utils import CaptureQueriesContext
 
 from agendas.models import AgendaProgress
 from resourcepools.models import Insight
+from scheduling import fill as fill_service
 from scheduling import pull as pull_service
 from scheduling.models import QueuedAgenda, ReadyAgenda
 from tests.threads import all_at_once
@@ -123,3 +128,40 @@ def test_rival_pullers_filling_inline_lease_every_agenda_exactly_once(
     assert len(taken) == len(set(taken)) == 40
     assert set(taken) == submitted
     assert AgendaProgress.objects.filter(state="executing").count() == 40
+
+
+@pytest.mark.django_db(transaction=True)
+@pytest.mark.skipif(connection.vendor != "postgresql", reason="the fill lock is PostgreSQL's")
+def test_a_pull_that_meets_a_rivals_fill_waits_for_it_and_takes_its_agendas(
+    submitter, submit_agenda, insight
+):
+    _short_queue(insight, size=5)
+    for _ in range(20):
+        submit_agenda(submitter)
+    filled, hold = threading.Event(), 0.5
+
+    def rival_fill():
+        try:
+            with transaction.atomic():  # the fill's lock is held until this commits
+                moved = fill_service.insight_fill(insight_id=insight.pk).moved
+                filled.set()
+                time.sleep(hold)
+            return moved
+        finally:
+            connection.close()
+
+    rival = ThreadPoolExecutor(1).submit(rival_fill)
+    assert filled.wait(10)
+    started = time.monotonic()
+    pulled = pull_service.insight_pull_once(
+        insight=Insight.objects.get(pk=insight.pk), worker="w1", count=10
+    )
+    waited = time.monotonic() - started
+
+    assert rival.result(10) == 5
+    # Its claim found the queue empty and the rival holding the fill lock: it waited for that
+    # fill to commit (instead of coming back empty), took its 5 and filled the rest itself.
+    assert waited >= hold * 0.8
+    assert len(pulled) == 10
+    assert len({item.agenda.pk for item in pulled}) == 10
+    assert AgendaProgress.objects.filter(state="executing").count() == 10
