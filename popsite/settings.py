@@ -96,6 +96,10 @@ if DATABASES["default"]["ENGINE"] == "django.db.backends.sqlite3":
     }
     POP_PREPARED_STATEMENTS = "off"
 else:
+    if DATABASES["default"]["ENGINE"] == "django.db.backends.postgresql":
+        # Django's backend with a health check that needs no round trip while the connection's
+        # socket has nothing to read (core/postgresql_backend/base.py).
+        DATABASES["default"]["ENGINE"] = "core.postgresql_backend"
     DATABASES["default"].setdefault("CONN_MAX_AGE", env.int("DATABASE_CONN_MAX_AGE", default=60))
     DATABASES["default"].setdefault("CONN_HEALTH_CHECKS", True)
     if env.int("DATABASE_POOL_MAX_SIZE", default=0) > 0:
