@@ -542,7 +542,7 @@ FULL_SIZES: dict[str, Any] = {
     "e2e_seconds": 15.0,  # end to end in-process: the submitter stops after this long
     "e2e_agendas": 20_000,  # … or after this many
     "http_seconds": 15.0,  # end to end over HTTP (each queue size): the submitter stops then
-    "http_agendas": 8_000,  # … or after this many (what the pullers then drain is timed too)
+    "http_agendas": 12_000,  # … or after this many (what the pullers then drain is timed too)
     "http_waiting": 100_000,  # ready agendas behind the queue for the pull-latency run
     "http_latency_pulls": 300,  # pulls timed with that backlog
     "idle_probes": 8,  # idle submit -> pullable probes

@@ -6,7 +6,7 @@ holds a thread, not a worker), and one `manage.py qcluster` (2 workers) for the 
 and the periodic fill (POP_FILL_NUDGE at its default, `notify`: the ticker listens for the
 nudges), both on this phase's database.
 Client side, all through `popclient.PopClient`: one submitter process (`agendas/bulk/`, 100
-per request, 5 customers in turn) and 4 puller processes (pull 10 with wait_seconds=1, then
+per request, 5 customers in turn) and 8 puller processes (pull 10 with wait_seconds=1, then
 one batch report per pull with every operation and the agenda succeeded).
 
 Four kinds of run on the same servers:
@@ -65,8 +65,10 @@ from bench.outcomes import (
 CUSTOMERS = 5
 PULLERS = 2  # the pull latency run
 # The throughput run: with 2 pullers each waiting on its own pull and report in turn, a third
-# of the cores stayed idle (2026-11-25): 4 make the server, not the client loop, the limit.
-THROUGHPUT_PULLERS = 4
+# of the cores stayed idle (2026-11-25); with 4, a fifth still did on a faster machine
+# (2026-11-27: 78–82% busy, 824–866 agendas/s): 8 make the server, not the client loop, the
+# limit (86–90% busy, 940–1,074/s on the same servers).
+THROUGHPUT_PULLERS = 8
 QUEUE_SIZE = 100
 DEFAULT_QUEUE_SIZE = 10  # resourcepools.Insight.queue_size's default: the second throughput run
 SUCCEEDED = [{"name": "noop", "state": "succeeded", "result": {"ok": True}}]
