@@ -5,9 +5,9 @@ Server side: `gunicorn popsite.wsgi` with 2 workers × 8 threads (gthread: a lon
 holds a thread, not a worker), and one `manage.py qcluster` (2 workers) for the fill nudges
 and the periodic fill (POP_FILL_NUDGE at its default, `notify`: the ticker listens for the
 nudges), both on this phase's database.
-Client side, all through `popclient.PopClient`: one submitter process (`agendas/bulk/`, 100
-per request, 5 customers in turn) and 8 puller processes (pull 10 with wait_seconds=1, then
-one batch report per pull with every operation and the agenda succeeded).
+Client side, all through `popclient.PopClient`: 2 submitter processes (`agendas/bulk/`, 100
+per request, 5 customers in turn, half the agendas each) and 8 puller processes (pull 10 with
+wait_seconds=1, then one batch report per pull with every operation and the agenda succeeded).
 
 Four kinds of run on the same servers:
 1. idle submit → pullable: a puller long-polls; one agenda is submitted; time until the pull
@@ -69,6 +69,9 @@ PULLERS = 2  # the pull latency run
 # (2026-11-27: 78–82% busy, 824–866 agendas/s): 8 make the server, not the client loop, the
 # limit (86–90% busy, 940–1,074/s on the same servers).
 THROUGHPUT_PULLERS = 8
+# …and 2 submitters: one, waiting on each bulk request in turn (100–200 ms under that load),
+# capped the run at about 960 agendas/s while the pullers kept the queue drained (2026-11-27).
+THROUGHPUT_SUBMITTERS = 2
 QUEUE_SIZE = 100
 DEFAULT_QUEUE_SIZE = 10  # resourcepools.Insight.queue_size's default: the second throughput run
 SUCCEEDED = [{"name": "noop", "state": "succeeded", "result": {"ok": True}}]
@@ -223,10 +226,23 @@ def throughput(
     ]
     for process in pullers:
         process.start()
-    sub = context.Process(target=submitter, args=(url, world, total, seconds, submitted_out))
-    sub.start()
-    submitted = submitted_out.get(timeout=seconds + 120)
-    sub.join()
+    subs = [
+        context.Process(
+            target=submitter, args=(url, world, share, seconds, submitted_out), name=f"sub{n}"
+        )
+        for n, share in enumerate(_shares(total, THROUGHPUT_SUBMITTERS))
+    ]
+    for sub in subs:
+        sub.start()
+    parts = [submitted_out.get(timeout=seconds + 120) for _ in subs]
+    for sub in subs:
+        sub.join()
+    submitted = {
+        "submitted": sum(p["submitted"] for p in parts),
+        "submit_ms": [ms for p in parts for ms in p["submit_ms"]],
+        "requests": sum(p["requests"] for p in parts),
+        "cpu": sum(p["cpu"] for p in parts),
+    }
     deadline = time.monotonic() + 40
     while time.monotonic() < deadline:
         counts = state_counts(dbname)
@@ -265,6 +281,11 @@ def throughput(
         buffers=buffers,
     )
     return figures
+
+
+def _shares(total: int, parts: int) -> list[int]:
+    """`total` split into `parts` whole shares, the first ones a unit larger."""
+    return [total // parts + (n < total % parts) for n in range(parts)]
 
 
 def short_queue_throughput(
@@ -416,6 +437,7 @@ def run(*, quick: bool) -> PhaseResult:
             "submitting stops after (s)": submit_seconds,
             "customers": CUSTOMERS,
             "pullers": f"{THROUGHPUT_PULLERS} (throughput), {PULLERS} (pull latency)",
+            "submitters": THROUGHPUT_SUBMITTERS,
             "queue_size": f"{QUEUE_SIZE}, then {DEFAULT_QUEUE_SIZE} (the default)",
             "gunicorn": f"2 workers × {servers.GUNICORN_THREADS} threads (gthread)",
             "qcluster workers": 2,
