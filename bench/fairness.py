@@ -361,9 +361,10 @@ def run(*, quick: bool) -> PhaseResult:
         django_setup(BASE_DB, POP_FILL_NUDGE="sync", POP_FILL_INTERVAL=str(FILL_PERIOD))
         world = make_world(customers=1 + small_n, queue_size=10)
         close_django_connections()
-        # The flood: real agendas as far as a run can pull (3,000 + 200/s × the run), then
+        # The flood: real agendas as far as a run can pull (3,000 + 1,000/s × the run: two
+        # pullers took 1,500–1,800/s on 2026-11-27, and ran out of 200/s's in the window), then
         # ReadyAgenda-only rows behind them, up to `flood`.
-        real = min(flood, 3000 + int(200 * (alone + timeout)))
+        real = min(flood, 3000 + int(1000 * (alone + timeout)))
         built = bulk_insert_ready(
             BASE_DB,
             insight_id=world.insight_id,
