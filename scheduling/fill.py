@@ -3,18 +3,19 @@
 Runs under the insight's try-lock; every state change goes through agendas.states.
 """
 
+import functools
 import logging
 from dataclasses import dataclass
 from datetime import datetime
 
 from django.db import connection, transaction
-from django.db.models import Count, Exists, F, OuterRef, Subquery
-from django.db.models.functions import Coalesce
+from django.db.models import Count, Exists, F, OuterRef
 from django.utils import timezone
 
 from agendas import states
 from agendas.models import Execution
 from core.prepared_statements import unprepared_statements
+from core.rows import RowLoader, load_row
 from resourcepools.models import Insight
 from scheduling import fairness, metrics, rate_limits
 from scheduling.fill_lanes import (
@@ -226,27 +227,39 @@ def _schedule_info_locked(insight_id: object) -> tuple[InsightScheduleInfo | Non
     """The insight's schedule info, locked, with its insight and the queue's length: one
     statement once the info row exists (made here at the insight's first fill). None when the
     insight is gone."""
-    queued = (
-        QueuedAgenda.objects.filter(insight_id=OuterRef("insight_id"))
-        .order_by()
-        .values("insight_id")
-        .annotate(n=Count("pk"))
-        .values("n")
-    )
-    info = (
-        InsightScheduleInfo.objects.select_for_update(of=("self",))
-        .select_related("insight")
-        .annotate(queued=Coalesce(Subquery(queued), 0))
-        .filter(insight_id=insight_id)
-        .first()
-    )
-    if info is not None:
-        return info, info.queued
+    loaders, sql = _schedule_info_query(connection.vendor)
+    key = InsightScheduleInfo._meta.get_field("insight").get_db_prep_value(insight_id, connection)
+    with connection.cursor() as cursor:
+        cursor.execute(sql, [key])
+        row = cursor.fetchone()
+    if row is not None:
+        info, insight = load_row(loaders, list(row[:-1]))
+        info.insight = insight
+        return info, row[-1]
     insight = Insight.objects.filter(pk=insight_id).first()
     if insight is None:
         return None, 0
     info, _ = InsightScheduleInfo.objects.select_for_update().get_or_create(insight=insight)
     return info, QueuedAgenda.objects.filter(insight_id=insight_id).count()
+
+
+@functools.cache
+def _schedule_info_query(vendor: str) -> tuple[list[RowLoader], str]:
+    """`_schedule_info_locked`'s statement and loaders, built once per process: written out
+    rather than built by the ORM at every fill (a third of a small fill's CPU)."""
+    loaders = [RowLoader(InsightScheduleInfo, "s"), RowLoader(Insight, "i")]
+    quote = connection.ops.quote_name
+    info, insight, queue = (
+        quote(model._meta.db_table) for model in (InsightScheduleInfo, Insight, QueuedAgenda)
+    )
+    lock = " FOR UPDATE OF s" if vendor == "postgresql" else ""
+    sql = (
+        f"SELECT {', '.join(column for loader in loaders for column in loader.columns)}, "
+        f"(SELECT COUNT(*) FROM {queue} q WHERE q.insight_id = s.insight_id) "
+        f"FROM {info} s JOIN {insight} i ON i.id = s.insight_id "
+        f"WHERE s.insight_id = %s{lock}"
+    )
+    return loaders, sql
 
 
 def _fill_room(insight: Insight, *, queued: int, appetite: int = 0) -> int:

@@ -2,6 +2,7 @@
 least-served active lanes of an insight, read a page of lanes and a lane's ready rows at a time,
 and charge each lane for what it moved. Fifo reads its rows through `read_rows` too."""
 
+import functools
 from dataclasses import dataclass, field
 from datetime import datetime
 
@@ -10,10 +11,11 @@ from django.db.models import F
 
 from agendas import states
 from agendas.models import Agenda
-from resourcepools.models import Insight
+from core.rows import RowLoader
+from resourcepools.models import Customer, Insight
 from scheduling import fairness, metrics, rate_limits
 from scheduling.fill_limits import (
-    LIMIT_COLUMNS_OF_LANE,
+    LIMIT_COLUMNS,
     CustomerLimits,
     cap_allowance,
     caps_of,
@@ -121,20 +123,8 @@ class LaneFill:
     def _read_page(self) -> None:
         """Read the next page of active lanes in turn order with their customers' limits, in
         one statement (a lane whose customer is being deleted has no row to join)."""
-        query = CustomerLane.objects.filter(insight_id=self.insight.pk, active=True)
-        if self.after is not None:
-            served, customer_id = self.after
-            query = query.filter(served__gte=served).exclude(
-                served=served, customer_id__lte=customer_id
-            )
-        if database_is_postgresql():
-            query = query.select_for_update(skip_locked=True, of=("self",))
         size = self.room + 1
-        page = list(
-            query.order_by("served", "customer_id").values_list(
-                "pk", "customer_id", "served", "mean_seconds", *LIMIT_COLUMNS_OF_LANE
-            )[:size]
-        )
+        page = lanes_page(self.insight.pk, self.after, size)
         self.index_done = len(page) < size
         if not page:
             return
@@ -161,6 +151,58 @@ class LaneFill:
                     may_take=may_take,
                 )
             )
+
+
+def lanes_page(insight_id: object, after: tuple | None, size: int) -> list[tuple]:
+    """Up to `size` active lanes of the insight after `after` (served, customer id) in turn
+    order, locked (skipping lanes another fill holds) on PostgreSQL, each as (pk, customer id,
+    served, mean seconds, *its customer's `LIMIT_COLUMNS`)."""
+    (lane_loader, customer_loader), sql = _lanes_page_query(connection.vendor, after is not None)
+    insight_field = CustomerLane._meta.get_field("insight")
+    parameters = [insight_field.get_db_prep_value(insight_id, connection)]
+    if after is not None:
+        served, customer_id = after
+        customer_field = CustomerLane._meta.get_field("customer")
+        parameters += [served, customer_field.get_db_prep_value(customer_id, connection), served]
+    with connection.cursor() as cursor:
+        cursor.execute(sql, [*parameters, size])
+        rows = cursor.fetchall()
+    page = []
+    width = len(lane_loader.columns)
+    for row in rows:
+        lane = lane_loader.load(list(row[:width]))
+        customer = customer_loader.load(list(row[width:]))
+        page.append(
+            (
+                lane.pk,
+                lane.customer_id,
+                lane.served,
+                lane.mean_seconds,
+                *(getattr(customer, column) for column in LIMIT_COLUMNS),
+            )
+        )
+    return page
+
+
+@functools.cache
+def _lanes_page_query(vendor: str, after: bool) -> tuple[tuple[RowLoader, RowLoader], str]:
+    """`lanes_page`'s statement and loaders, built once per process: written out (as the ORM
+    wrote it) rather than built by the ORM at every page a fill reads."""
+    loaders = (
+        RowLoader(CustomerLane, "l", frozenset({"id", "customer_id", "served", "mean_seconds"})),
+        RowLoader(Customer, "c", frozenset(LIMIT_COLUMNS)),
+    )
+    quote = connection.ops.quote_name
+    lanes, customers = quote(CustomerLane._meta.db_table), quote(Customer._meta.db_table)
+    turn = " AND l.served >= %s AND NOT (l.customer_id <= %s AND l.served = %s)" if after else ""
+    lock = " FOR UPDATE OF l SKIP LOCKED" if vendor == "postgresql" else ""
+    sql = (
+        f"SELECT {', '.join(column for loader in loaders for column in loader.columns)} "
+        f"FROM {lanes} l INNER JOIN {customers} c ON l.customer_id = c.id "
+        f"WHERE l.active AND l.insight_id = %s{turn} "
+        f"ORDER BY l.served ASC, l.customer_id ASC LIMIT %s{lock}"
+    )
+    return loaders, sql
 
 
 # Passes of serve-then-read a fill makes at most; each reads a page or finds a lane's end.

@@ -21,9 +21,8 @@ class CustomerLimits:
     limit: tuple[int, int] | None  # rate limit: (agendas, period seconds)
 
 
-# A customer's fill limits, in `limits_of`' order: as read from Customer, and from a lane.
+# A customer's fill limits, in `limits_of`' order, as read from Customer (also beside a lane).
 LIMIT_COLUMNS = ("weight", "max_executing", "held", "rate_limit", "rate_period_seconds")
-LIMIT_COLUMNS_OF_LANE = tuple(f"customer__{column}" for column in LIMIT_COLUMNS)
 
 
 def limits_of(

@@ -46,6 +46,8 @@ def insight_take(
 
 def customer_tokens(limits: dict[object, Limit], *, now: datetime) -> dict[object, int]:
     """Whole tokens of each limited customer, read without a lock (the picker's bound)."""
+    if not limits:
+        return {}  # most fills: no customer among the lanes read is limited
     buckets = {
         bucket.customer_id: bucket
         for bucket in StartBucket.objects.filter(customer_id__in=list(limits))
