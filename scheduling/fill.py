@@ -246,7 +246,7 @@ def _schedule_info_locked(insight_id: object) -> tuple[InsightScheduleInfo | Non
 @functools.cache
 def _schedule_info_query(vendor: str) -> tuple[list[RowLoader], str]:
     """`_schedule_info_locked`'s statement and loaders, built once per process: written out
-    rather than built by the ORM at every fill (a third of a small fill's CPU)."""
+    rather than built by the ORM at every fill (a quarter of a small fill's time)."""
     loaders = [RowLoader(InsightScheduleInfo, "s"), RowLoader(Insight, "i")]
     quote = connection.ops.quote_name
     info, insight, queue = (
