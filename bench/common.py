@@ -544,7 +544,7 @@ FULL_SIZES: dict[str, Any] = {
     "http_seconds": 15.0,  # end to end over HTTP (each queue size): the submitter stops then
     "http_agendas": 12_000,  # … or after this many (what the pullers then drain is timed too)
     "http_waiting": 100_000,  # ready agendas behind the queue for the pull-latency run
-    "http_latency_pulls": 300,  # pulls timed with that backlog
+    "http_latency_pulls": 1000,  # pulls timed with that backlog (p99: the 10th slowest of them)
     "idle_probes": 8,  # idle submit -> pullable probes
     "heartbeat_seconds": 5.0,  # the report endpoint alone
     "peer_jobs": 4000,  # peers: jobs per run (end to end, then drain-only)
