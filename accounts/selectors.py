@@ -13,7 +13,7 @@ from knox.settings import CONSTANTS
 
 from accounts.models import ApiToken
 from core.principals import Principal, principal_is_staff
-from core.rows import RowLoader, load_row
+from core.rows import RowLoader, load_row, select_list
 
 
 def token_list(*, principal: Principal) -> QuerySet[ApiToken]:
@@ -68,7 +68,7 @@ def _token_query(vendor: str) -> tuple[list[RowLoader], str]:
     owner = quote(ApiToken._meta.get_field("user").column)
     key = quote(ApiToken._meta.get_field("token_key").column)
     sql = (
-        f"SELECT {', '.join(column for loader in loaders for column in loader.columns)} "
+        f"SELECT {select_list(loaders)} "
         f"FROM {quote(ApiToken._meta.db_table)} t "
         f"JOIN {quote(user_model._meta.db_table)} u "
         f"ON u.{quote(user_model._meta.pk.column)} = t.{owner} WHERE t.{key} = %s"

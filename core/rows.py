@@ -104,8 +104,14 @@ def _builds_plainly(model, attnames: list[str]) -> bool:
     return True
 
 
+def select_list(loaders) -> str:
+    """The loaders' columns, in order, as a SELECT list: the rows `load_row` reads."""
+    return ", ".join(column for loader in loaders for column in loader.columns)
+
+
 def load_row(loaders: list[RowLoader], row: tuple) -> list:
-    """One instance per loader from consecutive slices of `row`."""
+    """One instance per loader from consecutive slices of `row` (columns after the loaders'
+    are left to the caller)."""
     instances, start = [], 0
     for loader in loaders:
         end = start + len(loader.fields)

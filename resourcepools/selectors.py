@@ -7,7 +7,7 @@ from django.db import connection
 from django.db.models import Exists, OuterRef, Q, QuerySet, Value
 
 from core.principals import Principal, SystemPrincipal, principal_is_staff
-from core.rows import RowLoader, load_row
+from core.rows import RowLoader, load_row, select_list
 from resourcepools.mapping import InsightCandidate
 from resourcepools.models import Customer, Insight, Membership, ResourcePool
 
@@ -213,7 +213,7 @@ def _insight_query(vendor: str, read_roles: bool) -> tuple[list[RowLoader], str]
         )
         roles_columns = ", ms.customer_ids, ms.roles"
     sql = (
-        f"SELECT {', '.join(column for loader in loaders for column in loader.columns)}"
+        f"SELECT {select_list(loaders)}"
         f"{roles_columns} "
         f"FROM {quote(Insight._meta.db_table)} i "
         f"JOIN {quote(ResourcePool._meta.db_table)} r "

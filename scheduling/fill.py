@@ -15,7 +15,7 @@ from django.utils import timezone
 from agendas import states
 from agendas.models import Execution
 from core.prepared_statements import unprepared_statements
-from core.rows import RowLoader, load_row
+from core.rows import RowLoader, load_row, select_list
 from resourcepools.models import Insight
 from scheduling import fairness, metrics, rate_limits
 from scheduling.fill_lanes import (
@@ -233,7 +233,7 @@ def _schedule_info_locked(insight_id: object) -> tuple[InsightScheduleInfo | Non
         cursor.execute(sql, [key])
         row = cursor.fetchone()
     if row is not None:
-        info, insight = load_row(loaders, list(row[:-1]))
+        info, insight = load_row(loaders, row)
         info.insight = insight
         return info, row[-1]
     insight = Insight.objects.filter(pk=insight_id).first()
@@ -254,7 +254,7 @@ def _schedule_info_query(vendor: str) -> tuple[list[RowLoader], str]:
     )
     lock = " FOR UPDATE OF s" if vendor == "postgresql" else ""
     sql = (
-        f"SELECT {', '.join(column for loader in loaders for column in loader.columns)}, "
+        f"SELECT {select_list(loaders)}, "
         f"(SELECT COUNT(*) FROM {queue} q WHERE q.insight_id = s.insight_id) "
         f"FROM {info} s JOIN {insight} i ON i.id = s.insight_id "
         f"WHERE s.insight_id = %s{lock}"

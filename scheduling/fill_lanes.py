@@ -11,7 +11,7 @@ from django.db.models import F
 
 from agendas import states
 from agendas.models import Agenda
-from core.rows import RowLoader
+from core.rows import RowLoader, load_row, select_list
 from resourcepools.models import Customer, Insight
 from scheduling import fairness, metrics, rate_limits
 from scheduling.fill_limits import (
@@ -157,7 +157,7 @@ def lanes_page(insight_id: object, after: tuple | None, size: int) -> list[tuple
     """Up to `size` active lanes of the insight after `after` (served, customer id) in turn
     order, locked (skipping lanes another fill holds) on PostgreSQL, each as (pk, customer id,
     served, mean seconds, *its customer's `LIMIT_COLUMNS`)."""
-    (lane_loader, customer_loader), sql = _lanes_page_query(connection.vendor, after is not None)
+    loaders, sql = _lanes_page_query(connection.vendor, after is not None)
     insight_field = CustomerLane._meta.get_field("insight")
     parameters = [insight_field.get_db_prep_value(insight_id, connection)]
     if after is not None:
@@ -168,36 +168,27 @@ def lanes_page(insight_id: object, after: tuple | None, size: int) -> list[tuple
         cursor.execute(sql, [*parameters, size])
         rows = cursor.fetchall()
     page = []
-    width = len(lane_loader.columns)
     for row in rows:
-        lane = lane_loader.load(list(row[:width]))
-        customer = customer_loader.load(list(row[width:]))
-        page.append(
-            (
-                lane.pk,
-                lane.customer_id,
-                lane.served,
-                lane.mean_seconds,
-                *(getattr(customer, column) for column in LIMIT_COLUMNS),
-            )
-        )
+        lane, customer = load_row(loaders, row)
+        limits = (getattr(customer, column) for column in LIMIT_COLUMNS)
+        page.append((lane.pk, lane.customer_id, lane.served, lane.mean_seconds, *limits))
     return page
 
 
 @functools.cache
-def _lanes_page_query(vendor: str, after: bool) -> tuple[tuple[RowLoader, RowLoader], str]:
+def _lanes_page_query(vendor: str, after: bool) -> tuple[list[RowLoader], str]:
     """`lanes_page`'s statement and loaders, built once per process: written out (as the ORM
     wrote it) rather than built by the ORM at every page a fill reads."""
-    loaders = (
+    loaders = [
         RowLoader(CustomerLane, "l", frozenset({"id", "customer_id", "served", "mean_seconds"})),
         RowLoader(Customer, "c", frozenset(LIMIT_COLUMNS)),
-    )
+    ]
     quote = connection.ops.quote_name
     lanes, customers = quote(CustomerLane._meta.db_table), quote(Customer._meta.db_table)
     turn = " AND l.served >= %s AND NOT (l.customer_id <= %s AND l.served = %s)" if after else ""
     lock = " FOR UPDATE OF l SKIP LOCKED" if vendor == "postgresql" else ""
     sql = (
-        f"SELECT {', '.join(column for loader in loaders for column in loader.columns)} "
+        f"SELECT {select_list(loaders)} "
         f"FROM {lanes} l INNER JOIN {customers} c ON l.customer_id = c.id "
         f"WHERE l.active AND l.insight_id = %s{turn} "
         f"ORDER BY l.served ASC, l.customer_id ASC LIMIT %s{lock}"

@@ -19,7 +19,7 @@ from agendas.models import Agenda, AgendaProgress, Execution, OperationProgress
 from agendas.states import InvalidTransition, S
 from agendas.states.operation_rows import operations_of_progress
 from core.errors import refusal_status, validation_messages
-from core.rows import RowLoader, load_row
+from core.rows import RowLoader, load_row, select_list
 from resourcepools.models import Customer, Insight
 from scheduling import metrics
 from scheduling.locks import database_is_postgresql
@@ -319,7 +319,7 @@ def _lock_current(execution_ids: list) -> dict[object, tuple[AgendaProgress, Exe
         lock = "FOR UPDATE"
     prepare = Execution._meta.pk.get_db_prep_value
     sql = (
-        f"SELECT {', '.join(column for loader in loaders for column in loader.columns)} "
+        f"SELECT {select_list(loaders)} "
         f"FROM {table[Execution]} e "
         f"JOIN {table[AgendaProgress]} p ON p.agenda_id = e.agenda_id "
         f"JOIN {table[Agenda]} a ON a.id = e.agenda_id "

@@ -15,7 +15,7 @@ from agendas.models import Agenda, AgendaProgress, Execution, OperationProgress
 from agendas.queue_models import QueuedAgenda, ReadyAgenda
 from agendas.states.machine import S, callback_enqueue, entry_sql, entry_update
 from agendas.states.operation_rows import pulled_operations_load, pulled_operations_sql
-from core.rows import RowLoader, load_row
+from core.rows import RowLoader, load_row, select_list
 from resourcepools.models import Customer, Insight
 
 
@@ -259,7 +259,7 @@ def _claim_statement(vendor: str) -> tuple[str, list[RowLoader]]:
         ready=quote(ReadyAgenda._meta.db_table),
         agenda=quote(Agenda._meta.db_table),
         customer=quote(Customer._meta.db_table),
-        columns=", ".join(column for loader in loaders for column in loader.columns),
+        columns=select_list(loaders),
         operations=pulled_operations_sql("moved.id"),
         entering=entry_sql(S.EXECUTING, table="p", now_parameter="now"),
     )
