@@ -49,7 +49,7 @@ class FillResult:
 
 
 def insight_fill(
-    *, insight_id: object, now: datetime | None = None, appetite: int = 0
+    *, insight_id: object, now: datetime | None = None, appetite: int = 0, locked: bool = False
 ) -> FillResult:
     """Move up to `room` ready agendas of the insight into its queue, fairly, in one transaction.
 
@@ -57,14 +57,17 @@ def insight_fill(
     room grows by that many, so they pass through the queue without leaving it short for the
     next pull. What waits there once they are claimed is still at most `queue_size`.
 
-    Takes the insight's advisory try-lock (a concurrent filler returns `skipped`) and locks its
+    Takes the insight's advisory try-lock (a concurrent filler returns `skipped`; `locked`: the
+    caller, a pull, already holds the lock in its transaction, which this one joins) and locks its
     InsightScheduleInfo row, the lanes it serves and the moved progress rows. Reads O(room)
     lanes and ready rows whatever the number of customers with ready work (docs/design.md §6.1).
     """
     now = now or timezone.now()
     # Planned with its values every time, also inline in a pull (core/prepared_statements.py).
-    with unprepared_statements(), transaction.atomic():
-        if not insight_fill_try_lock(insight_id):
+    # Inside a caller's transaction (a pull that claims in the same one) it adds no savepoint:
+    # an error here ends the caller's transaction too.
+    with unprepared_statements(), transaction.atomic(savepoint=False):
+        if not locked and not insight_fill_try_lock(insight_id):
             return FillResult(insight_id=insight_id, skipped=True)
         info, queued = _schedule_info_locked(insight_id)
         insight = info.insight if info is not None else None

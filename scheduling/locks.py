@@ -1,9 +1,11 @@
 """Per-insight fill lock and per-customer cap locks (docs/design.md §6.1), single-flight locks
 for slow tasks, and the one place that asks which database this is.
 
-On PostgreSQL the lock is a transaction-scoped advisory *try*-lock: a second filler of the
-same insight skips at once instead of queueing behind the first, and the lock goes away
-with the transaction (commit, rollback or a dropped connection), so it can never leak.
+On PostgreSQL the lock is a transaction-scoped advisory lock: the cluster's fills *try* it (a
+second filler of the same insight skips at once instead of queueing behind the first), a pull
+that fills inline waits for it (`insight_fill_lock`: it wants the rows that fill moves), and
+it goes away with the transaction (commit, rollback or a dropped connection), so it can never
+leak.
 On SQLite every write transaction starts with `BEGIN IMMEDIATE` (popsite/settings.py), which
 already serialises writers, so the fallback simply grants the lock.
 """
@@ -12,7 +14,7 @@ import zlib
 from collections.abc import Iterator
 from contextlib import contextmanager
 
-from django.db import connection, transaction
+from django.db import connection
 
 # First key of the two-int advisory lock form: keeps POP's locks apart from anyone else's.
 FILL_LOCK_NAMESPACE = 0x504F5046  # "POPF"
@@ -42,19 +44,17 @@ def insight_fill_try_lock(insight_id: object) -> bool:
         return bool(cursor.fetchone()[0])
 
 
-def insight_fill_wait(insight_id: object) -> None:
-    """Wait until the fill that holds the insight's fill lock has committed or rolled back, and
-    hold nothing after: a shared lock on the same key, taken and released in a transaction of
-    its own (so only outside one). Several waiters share it and are let through together."""
-    if connection.in_atomic_block:
-        raise RuntimeError("insight_fill_wait() must run outside a transaction")
-    if not database_is_postgresql():
-        return
-    with transaction.atomic(), connection.cursor() as cursor:
-        cursor.execute(
-            "SELECT pg_advisory_xact_lock_shared(%s, %s)",
-            [FILL_LOCK_NAMESPACE, insight_lock_key(insight_id)],
-        )
+def insight_fill_lock(insight_id: object) -> None:
+    """Wait for, then hold until the transaction ends, the insight's fill lock (a pull's inline
+    fill: it queues behind a rival's fill rather than skip it)."""
+    if not connection.in_atomic_block:
+        raise RuntimeError("insight_fill_lock() must run inside transaction.atomic()")
+    if database_is_postgresql():
+        with connection.cursor() as cursor:
+            cursor.execute(
+                "SELECT pg_advisory_xact_lock(%s, %s)",
+                [FILL_LOCK_NAMESPACE, insight_lock_key(insight_id)],
+            )
 
 
 # First key of the per-customer cap locks (max_executing across every insight and node).

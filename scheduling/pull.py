@@ -18,7 +18,7 @@ from resourcepools.models import Insight, Membership
 from resourcepools.selectors import Principal, require_role
 from scheduling import metrics
 from scheduling.fill import insight_fill
-from scheduling.locks import database_is_postgresql, insight_fill_wait
+from scheduling.locks import database_is_postgresql, insight_fill_lock, insight_fill_try_lock
 
 logger = logging.getLogger("pop.scheduling")
 # First key of the advisory lock the checks of one pull request take turns with (the others
@@ -205,10 +205,10 @@ def _claim(*, insight: Insight, worker: str, count: int, pull_request: str) -> l
 
     The claim (`states.queue_claim_outcome`) locks the claimed queue and progress rows, and
     nudges a fill when it leaves the queue under half full or finds it empty while work is
-    ready. A claim that came up short while a fill is wanted fills the queue inline (the same
-    fair fill, under the insight's try-lock, in its own transaction) and claims the rest: a
-    short `queue_size` keeps a fill's fairness without bounding what pullers can take
-    (docs/design.md §6.3).
+    ready. A claim that took fewer than `count` while work is ready fills the queue inline
+    (the same fair fill, under the insight's fill lock) and claims the rest in the same
+    transaction: a short `queue_size` keeps a fill's fairness without bounding what pullers
+    can take (docs/design.md §6.3).
     """
     started = time.perf_counter()
     now = timezone.now()
@@ -221,37 +221,44 @@ def _claim(*, insight: Insight, worker: str, count: int, pull_request: str) -> l
             pull_request=pull_request,
             nudge=False,
         )
-    claimed = outcome.claimed
+    claimed = list(outcome.claimed)
     operations = dict(outcome.operations or {})
-    fills_inline = outcome.fill_wanted and len(claimed) < count
-    if outcome.nudge_wanted and not fills_inline:
-        fill_nudge([insight.pk])
-    # Each round fills the queue and what this pull still wants (the appetite), so the claim
-    # leaves the queue full for the next pull instead of drained: one round, and one more for
-    # rival pullers that took some of it; a fill that moves nothing ends them. Each claim after
-    # a fill nudges a fill if it leaves the queue short.
-    # A fill another puller (or the cluster) is making at that moment skips this one's; then
-    # the pull waits for that fill to commit and claims from it, rather than come back short
-    # and sleep while the queue it waits for is being filled (outside a request's turn only:
-    # the turn's transaction would keep the wait's lock to its end).
-    rounds = 2 if fills_inline else 0
-    while rounds and len(claimed) < count:
-        fill = insight_fill(insight_id=insight.pk, appetite=count - len(claimed))
-        if fill.skipped and not connection.in_atomic_block:
-            insight_fill_wait(insight.pk)
-        elif not fill.moved:
-            break
-        rounds -= 1
-        with transaction.atomic(savepoint=False):
+    if not (outcome.fill_wanted and len(claimed) < count):
+        if outcome.nudge_wanted:
+            fill_nudge([insight.pk])
+    else:
+
+        def claim_rest() -> states.ClaimOutcome:
             again = states.queue_claim_outcome(
                 insight=insight,
                 count=count - len(claimed),
                 worker=worker,
                 now=timezone.now(),
                 pull_request=pull_request,
+                nudge=False,
             )
-        claimed += again.claimed
-        operations.update(again.operations or {})
+            claimed.extend(again.claimed)
+            operations.update(again.operations or {})
+            return again
+
+        # One transaction under the insight's fill lock: fill the queue and what this pull
+        # still wants (the appetite), and claim that before any rival can see it. A rival's
+        # fill in progress is waited for, not skipped; then this pull first claims what that
+        # fill left, and fills only if it is still short.
+        with transaction.atomic(savepoint=False):
+            last = None
+            if not insight_fill_try_lock(insight.pk):
+                insight_fill_lock(insight.pk)
+                last = claim_rest()
+            if (
+                len(claimed) < count
+                and insight_fill(
+                    insight_id=insight.pk, appetite=count - len(claimed), locked=True
+                ).moved
+            ):
+                last = claim_rest()
+            if last is not None and last.nudge_wanted:
+                fill_nudge([insight.pk])  # sent once this transaction commits
     if not claimed:
         return []
     pulled = _with_operations(claimed, operations)

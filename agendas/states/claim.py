@@ -115,7 +115,8 @@ def _last_number(progress: AgendaProgress, highest: dict) -> int:
 @dataclass(frozen=True)
 class ClaimOutcome:
     """What one claim leased, and whether the insight's queue wants a fill now: the claim left
-    it under half of `queue_size` (or found it empty) while the insight has ready agendas."""
+    it under half of `queue_size` (or found it empty), or took fewer than it asked for (rival
+    claims held the other rows), while the insight has ready agendas."""
 
     claimed: list[tuple[AgendaProgress, Execution]]
     fill_wanted: bool
@@ -155,8 +156,8 @@ def queue_claim_outcome(
 
     Also nudges a fill (docs/design.md §6.2), unless `nudge` is False, when the claim leaves
     the queue under half of `queue_size`, or finds it empty while the insight has ready agendas;
-    the outcome says so (`nudge_wanted`), and whether a fill would find ready work
-    (`fill_wanted`), for a pull that fills inline when its claim came up short.
+    the outcome says so (`nudge_wanted`), and whether a fill would find ready work for a claim
+    that came up short or left the queue short (`fill_wanted`), for a pull that fills inline.
 
     On PostgreSQL the claim is one statement (`_queue_claim_postgresql`); elsewhere (the
     SQLite demo) it is the portable ORM form below, where a DELETE … RETURNING of the queue
@@ -176,11 +177,13 @@ def queue_claim_outcome(
         ready = None  # read below, only when it matters
     left = queued_before - len(claimed)
     short = left * 2 < insight.queue_size if claimed else not queued_before
-    if short and ready is None:
+    # Fewer than asked: the queue held fewer rows this claim could take (rivals had the rest).
+    wants_more = short or len(claimed) < count
+    if wants_more and ready is None:
         ready = ReadyAgenda.objects.filter(insight_id=insight.pk).exists()
     outcome = ClaimOutcome(
         claimed=claimed,
-        fill_wanted=bool(short and ready),
+        fill_wanted=bool(wants_more and ready),
         nudge_wanted=bool(short and (claimed or ready)),
         operations=operations,
     )

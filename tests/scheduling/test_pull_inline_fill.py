@@ -165,3 +165,44 @@ def test_a_pull_that_meets_a_rivals_fill_waits_for_it_and_takes_its_agendas(
     assert len(pulled) == 10
     assert len({item.agenda.pk for item in pulled}) == 10
     assert AgendaProgress.objects.filter(state="executing").count() == 10
+
+
+@pytest.mark.django_db(transaction=True)
+@pytest.mark.skipif(connection.vendor != "postgresql", reason="rival claims need row locks")
+def test_a_pull_whose_queue_rivals_are_claiming_fills_for_itself_instead_of_coming_back_empty(
+    submitter, submit_agenda, insight
+):
+    _short_queue(insight, size=10)
+    for _ in range(30):
+        submit_agenda(submitter)
+    assert fill_service.insight_fill(insight_id=insight.pk).moved == 10
+    held, release = threading.Event(), threading.Event()
+
+    def rival_claiming_the_queue():
+        try:
+            with transaction.atomic():  # as a rival's claim does, until it commits
+                rows = list(QueuedAgenda.objects.select_for_update().values_list("agenda_id"))
+                held.set()
+                release.wait(10)
+            return {agenda_id for (agenda_id,) in rows}
+        finally:
+            connection.close()
+
+    rival = ThreadPoolExecutor(1).submit(rival_claiming_the_queue)
+    assert held.wait(10)
+    try:
+        pulled = pull_service.insight_pull_once(
+            insight=Insight.objects.get(pk=insight.pk), worker="w1", count=10
+        )
+    finally:
+        release.set()
+    locked = rival.result(10)
+
+    # Its claim skipped the 10 queued rows the rival held: not "queue full, nothing to do",
+    # but a claim short of its count while work is ready. It filled 10 more and took those.
+    assert len(locked) == 10
+    assert len(pulled) == 10
+    assert not {item.agenda.pk for item in pulled} & locked
+    assert AgendaProgress.objects.filter(state="executing").count() == 10
+    assert QueuedAgenda.objects.count() == 10  # the rival's rows, still queued
+    assert ReadyAgenda.objects.count() == 10
