@@ -14,7 +14,7 @@ import zlib
 from collections.abc import Iterator
 from contextlib import contextmanager
 
-from django.db import connection
+from django.db import OperationalError, connection
 
 # First key of the two-int advisory lock form: keeps POP's locks apart from anyone else's.
 FILL_LOCK_NAMESPACE = 0x504F5046  # "POPF"
@@ -44,17 +44,39 @@ def insight_fill_try_lock(insight_id: object) -> bool:
         return bool(cursor.fetchone()[0])
 
 
-def insight_fill_lock(insight_id: object) -> None:
-    """Wait for, then hold until the transaction ends, the insight's fill lock (a pull's inline
-    fill: it queues behind a rival's fill rather than skip it)."""
+class FillLockTimeout(Exception):
+    """`insight_fill_lock` waited its limit; the transaction it ran in is aborted."""
+
+
+# PostgreSQL's SQLSTATE for a lock wait that lock_timeout cancelled (lock_not_available).
+LOCK_NOT_AVAILABLE = "55P03"
+
+
+def insight_fill_lock(insight_id: object, *, timeout_seconds: float) -> None:
+    """Wait up to `timeout_seconds` for the insight's fill lock, then hold it until the
+    transaction ends (a pull's inline fill: it queues behind a rival's fill rather than skip
+    it). The limit is the transaction's `lock_timeout` for this one statement, put back once the
+    lock is held. A wait that reaches it aborts the transaction and raises `FillLockTimeout`:
+    take this lock first in a transaction of its own."""
     if not connection.in_atomic_block:
         raise RuntimeError("insight_fill_lock() must run inside transaction.atomic()")
-    if database_is_postgresql():
-        with connection.cursor() as cursor:
+    if not database_is_postgresql():
+        return
+    limit = f"{max(1, round(timeout_seconds * 1000))}ms"
+    with connection.cursor() as cursor:
+        try:
             cursor.execute(
-                "SELECT pg_advisory_xact_lock(%s, %s)",
-                [FILL_LOCK_NAMESPACE, insight_lock_key(insight_id)],
+                "SELECT pg_advisory_xact_lock(%s, %s) "
+                "FROM (SELECT set_config('lock_timeout', %s, true)) AS timeout",
+                [FILL_LOCK_NAMESPACE, insight_lock_key(insight_id), limit],
             )
+        except OperationalError as error:
+            if getattr(error.__cause__, "sqlstate", None) == LOCK_NOT_AVAILABLE:
+                raise FillLockTimeout(
+                    f"insight {insight_id}: fill lock not free in {limit}"
+                ) from error
+            raise
+        cursor.execute("SET LOCAL lock_timeout TO DEFAULT")
 
 
 # First key of the per-customer cap locks (max_executing across every insight and node).

@@ -18,7 +18,12 @@ from resourcepools.models import Insight, Membership
 from resourcepools.selectors import Principal, require_role
 from scheduling import metrics
 from scheduling.fill import insight_fill
-from scheduling.locks import database_is_postgresql, insight_fill_lock, insight_fill_try_lock
+from scheduling.locks import (
+    FillLockTimeout,
+    database_is_postgresql,
+    insight_fill_lock,
+    insight_fill_try_lock,
+)
 
 logger = logging.getLogger("pop.scheduling")
 # First key of the advisory lock the checks of one pull request take turns with (the others
@@ -26,6 +31,8 @@ logger = logging.getLogger("pop.scheduling")
 PULL_REQUEST_LOCK_NAMESPACE = 0x504F5052  # "POPR"
 MAX_PULL_COUNT = 100
 MAX_WAIT_SECONDS = 20.0
+# How long a pull that fills inline waits for the fills of the pulls before it (scheduling.locks).
+FILL_LOCK_WAIT_SECONDS = 1.0
 
 
 @dataclass(frozen=True)
@@ -177,8 +184,8 @@ def _pull_check(*, insight: Insight, worker: str, count: int, pull_request: str)
     Checks of one pull request take turns: each runs in one transaction that first takes a
     transaction-scoped advisory lock on the request (so it holds under PgBouncer's transaction
     pooling too), looks for the other's leases, and claims — its inline fills included — only
-    when there are none, open or ended. Checks without a request id take no lock and commit
-    the claim and each fill apart."""
+    when there are none, open or ended. Checks without a request id take no lock: the claim
+    commits on its own, and an inline fill commits with the claim after it."""
     if not pull_request:
         return PullCheck(_claim(insight=insight, worker=worker, count=count, pull_request=""))
     with transaction.atomic():
@@ -243,22 +250,33 @@ def _claim(*, insight: Insight, worker: str, count: int, pull_request: str) -> l
 
         # One transaction under the insight's fill lock: fill the queue and what this pull
         # still wants (the appetite), and claim that before any rival can see it. A rival's
-        # fill in progress is waited for, not skipped; then this pull first claims what that
-        # fill left, and fills only if it is still short.
-        with transaction.atomic(savepoint=False):
-            last = None
-            if not insight_fill_try_lock(insight.pk):
-                insight_fill_lock(insight.pk)
-                last = claim_rest()
-            if (
-                len(claimed) < count
-                and insight_fill(
-                    insight_id=insight.pk, appetite=count - len(claimed), locked=True
-                ).moved
-            ):
-                last = claim_rest()
-            if last is not None and last.nudge_wanted:
-                fill_nudge([insight.pk])  # sent once this transaction commits
+        # fill in progress is waited for (at most FILL_LOCK_WAIT_SECONDS), not skipped; then
+        # this pull first claims what that fill left, and fills only if it is still short.
+        # Inside a request id's turn it does not wait: the turn's transaction holds the rows of
+        # its first claim, which an abort or a pause of those agendas would wait for in turn.
+        in_turn = connection.in_atomic_block
+        try:
+            with transaction.atomic(savepoint=False):
+                locked = insight_fill_try_lock(insight.pk)
+                last = None
+                if not locked and not in_turn:
+                    insight_fill_lock(insight.pk, timeout_seconds=FILL_LOCK_WAIT_SECONDS)
+                    locked = True
+                    last = claim_rest()
+                if (
+                    locked
+                    and len(claimed) < count
+                    and insight_fill(
+                        insight_id=insight.pk, appetite=count - len(claimed), locked=True
+                    ).moved
+                ):
+                    last = claim_rest()
+                if last is not None and last.nudge_wanted:
+                    fill_nudge([insight.pk])  # sent once this transaction commits
+        except FillLockTimeout:
+            # The fills queued before this one took longer than it waits: it returns what its
+            # first claim took (committed), and its caller polls again.
+            logger.info("pull of insight %s: the fill lock stayed busy", insight.pk)
     if not claimed:
         return []
     pulled = _with_operations(claimed, operations)

@@ -183,7 +183,7 @@ def queue_claim_outcome(
         ready = ReadyAgenda.objects.filter(insight_id=insight.pk).exists()
     outcome = ClaimOutcome(
         claimed=claimed,
-        fill_wanted=bool(wants_more and ready),
+        fill_wanted=bool(wants_more and ready and not insight.paused),  # paused: none taken
         nudge_wanted=bool(short and (claimed or ready)),
         operations=operations,
     )

@@ -100,8 +100,12 @@ def test_a_paused_insight_is_not_filled_inline(submitter, submit_agenda, insight
     insight.paused = True
     insight.save()
 
-    assert pull(insight, count=5) == []
+    with CaptureQueriesContext(connection) as captured:
+        assert pull(insight, count=5) == []
+
     assert AgendaProgress.objects.get(agenda=agenda).state == "ready"
+    # The claim took nothing because the insight is paused: no fill is tried for it.
+    assert not [q for q in captured.captured_queries if "advisory" in q["sql"]]
 
 
 @pytest.mark.django_db(transaction=True)
@@ -206,3 +210,73 @@ def test_a_pull_whose_queue_rivals_are_claiming_fills_for_itself_instead_of_comi
     assert AgendaProgress.objects.filter(state="executing").count() == 10
     assert QueuedAgenda.objects.count() == 10  # the rival's rows, still queued
     assert ReadyAgenda.objects.count() == 10
+
+
+def _rival_holding_the_fill_lock(insight, hold: float):
+    """A rival fill of `insight` that keeps its lock `hold` seconds; returns (filled, future)."""
+    filled = threading.Event()
+
+    def rival_fill():
+        try:
+            with transaction.atomic():
+                moved = fill_service.insight_fill(insight_id=insight.pk).moved
+                filled.set()
+                time.sleep(hold)
+            return moved
+        finally:
+            connection.close()
+
+    future = ThreadPoolExecutor(1).submit(rival_fill)
+    assert filled.wait(10)
+    return future
+
+
+@pytest.mark.django_db(transaction=True)
+@pytest.mark.skipif(connection.vendor != "postgresql", reason="the fill lock is PostgreSQL's")
+def test_a_pull_waits_for_a_rivals_fill_no_longer_than_its_limit_and_loses_nothing(
+    submitter, submit_agenda, insight, monkeypatch
+):
+    _short_queue(insight, size=5)
+    for _ in range(20):
+        submit_agenda(submitter)
+    monkeypatch.setattr(pull_service, "FILL_LOCK_WAIT_SECONDS", 0.2)
+    rival = _rival_holding_the_fill_lock(insight, hold=2.0)
+
+    started = time.monotonic()
+    pulled = pull_service.insight_pull_once(
+        insight=Insight.objects.get(pk=insight.pk), worker="w1", count=10
+    )
+    waited = time.monotonic() - started
+
+    assert pulled == []
+    assert 0.15 <= waited < 1.5
+    assert rival.result(10) == 5
+    # The timed-out wait aborted only its own transaction: the connection works, nothing was
+    # leased, and the rival's fill stands.
+    assert AgendaProgress.objects.filter(state="executing").count() == 0
+    assert QueuedAgenda.objects.count() == 5
+    assert ReadyAgenda.objects.count() == 15
+
+
+@pytest.mark.django_db(transaction=True)
+@pytest.mark.skipif(connection.vendor != "postgresql", reason="the fill lock is PostgreSQL's")
+def test_a_pull_inside_a_request_ids_turn_does_not_wait_for_a_rivals_fill(
+    submitter, submit_agenda, insight
+):
+    _short_queue(insight, size=5)
+    for _ in range(20):
+        submit_agenda(submitter)
+    rival = _rival_holding_the_fill_lock(insight, hold=1.0)
+
+    started = time.monotonic()
+    pulled = pull_service.insight_pull_once(
+        insight=Insight.objects.get(pk=insight.pk), worker="w1", count=10, pull_request="u:r1"
+    )
+    waited = time.monotonic() - started
+
+    # Its turn's transaction would hold its first claim's rows through the wait: it returns
+    # at once instead, and its caller polls again.
+    assert pulled == []
+    assert waited < 0.5
+    assert rival.result(10) == 5
+    assert AgendaProgress.objects.filter(state="executing").count() == 0
