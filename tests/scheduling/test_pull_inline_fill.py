@@ -134,6 +134,26 @@ def test_rival_pullers_filling_inline_lease_every_agenda_exactly_once(
     assert AgendaProgress.objects.filter(state="executing").count() == 40
 
 
+def _rival_holding_the_fill_lock(insight, hold: float):
+    """A rival fill of `insight` that keeps its lock `hold` seconds once it has filled; returns
+    the future of the agendas it moved."""
+    filled = threading.Event()
+
+    def rival_fill():
+        try:
+            with transaction.atomic():
+                moved = fill_service.insight_fill(insight_id=insight.pk).moved
+                filled.set()
+                time.sleep(hold)
+            return moved
+        finally:
+            connection.close()
+
+    future = ThreadPoolExecutor(1).submit(rival_fill)
+    assert filled.wait(10)
+    return future
+
+
 @pytest.mark.django_db(transaction=True)
 @pytest.mark.skipif(connection.vendor != "postgresql", reason="the fill lock is PostgreSQL's")
 def test_a_pull_that_meets_a_rivals_fill_waits_for_it_and_takes_its_agendas(
@@ -142,20 +162,8 @@ def test_a_pull_that_meets_a_rivals_fill_waits_for_it_and_takes_its_agendas(
     _short_queue(insight, size=5)
     for _ in range(20):
         submit_agenda(submitter)
-    filled, hold = threading.Event(), 0.5
-
-    def rival_fill():
-        try:
-            with transaction.atomic():  # the fill's lock is held until this commits
-                moved = fill_service.insight_fill(insight_id=insight.pk).moved
-                filled.set()
-                time.sleep(hold)
-            return moved
-        finally:
-            connection.close()
-
-    rival = ThreadPoolExecutor(1).submit(rival_fill)
-    assert filled.wait(10)
+    hold = 0.5
+    rival = _rival_holding_the_fill_lock(insight, hold=hold)
     started = time.monotonic()
     pulled = pull_service.insight_pull_once(
         insight=Insight.objects.get(pk=insight.pk), worker="w1", count=10
@@ -210,25 +218,6 @@ def test_a_pull_whose_queue_rivals_are_claiming_fills_for_itself_instead_of_comi
     assert AgendaProgress.objects.filter(state="executing").count() == 10
     assert QueuedAgenda.objects.count() == 10  # the rival's rows, still queued
     assert ReadyAgenda.objects.count() == 10
-
-
-def _rival_holding_the_fill_lock(insight, hold: float):
-    """A rival fill of `insight` that keeps its lock `hold` seconds; returns (filled, future)."""
-    filled = threading.Event()
-
-    def rival_fill():
-        try:
-            with transaction.atomic():
-                moved = fill_service.insight_fill(insight_id=insight.pk).moved
-                filled.set()
-                time.sleep(hold)
-            return moved
-        finally:
-            connection.close()
-
-    future = ThreadPoolExecutor(1).submit(rival_fill)
-    assert filled.wait(10)
-    return future
 
 
 @pytest.mark.django_db(transaction=True)
