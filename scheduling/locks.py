@@ -15,6 +15,7 @@ from collections.abc import Iterator
 from contextlib import contextmanager
 
 from django.db import OperationalError, connection
+from psycopg.errors import LockNotAvailable
 
 # First key of the two-int advisory lock form: keeps POP's locks apart from anyone else's.
 FILL_LOCK_NAMESPACE = 0x504F5046  # "POPF"
@@ -48,10 +49,6 @@ class FillLockTimeout(Exception):
     """`insight_fill_lock` waited its limit; the transaction it ran in is aborted."""
 
 
-# PostgreSQL's SQLSTATE for a lock wait that lock_timeout cancelled (lock_not_available).
-LOCK_NOT_AVAILABLE = "55P03"
-
-
 def insight_fill_lock(insight_id: object, *, timeout_seconds: float) -> None:
     """Wait up to `timeout_seconds` for the insight's fill lock, then hold it until the
     transaction ends (a pull's inline fill: it queues behind a rival's fill rather than skip
@@ -71,7 +68,7 @@ def insight_fill_lock(insight_id: object, *, timeout_seconds: float) -> None:
                 [FILL_LOCK_NAMESPACE, insight_lock_key(insight_id), limit],
             )
         except OperationalError as error:
-            if getattr(error.__cause__, "sqlstate", None) == LOCK_NOT_AVAILABLE:
+            if isinstance(error.__cause__, LockNotAvailable):  # lock_timeout reached
                 raise FillLockTimeout(
                     f"insight {insight_id}: fill lock not free in {limit}"
                 ) from error
