@@ -230,56 +230,68 @@ def _claim(*, insight: Insight, worker: str, count: int, pull_request: str) -> l
         )
     claimed = list(outcome.claimed)
     operations = dict(outcome.operations or {})
-    if not (outcome.fill_wanted and len(claimed) < count):
-        if outcome.nudge_wanted:
-            fill_nudge([insight.pk])
-    else:
-
-        def claim_rest() -> states.ClaimOutcome:
-            again = states.queue_claim_outcome(
-                insight=insight,
-                count=count - len(claimed),
-                worker=worker,
-                now=timezone.now(),
-                pull_request=pull_request,
-                nudge=False,
-            )
-            claimed.extend(again.claimed)
-            operations.update(again.operations or {})
-            return again
-
-        # One transaction under the insight's fill lock: fill the queue and what this pull
-        # still wants (the appetite), and claim that before any rival can see it. A rival's
-        # fill in progress is waited for (at most FILL_LOCK_WAIT_SECONDS), not skipped; then
-        # this pull first claims what that fill left, and fills only if it is still short.
-        # Inside a request id's turn it does not wait: the turn's transaction holds the rows of
-        # its first claim, which an abort or a pause of those agendas would wait for in turn.
-        in_turn = connection.in_atomic_block
-        try:
-            with transaction.atomic(savepoint=False):
-                locked = insight_fill_try_lock(insight.pk)
-                last = None
-                if not locked and not in_turn:
-                    insight_fill_lock(insight.pk, timeout_seconds=FILL_LOCK_WAIT_SECONDS)
-                    locked = True
-                    last = claim_rest()
-                if (
-                    locked
-                    and len(claimed) < count
-                    and insight_fill(
-                        insight_id=insight.pk, appetite=count - len(claimed), locked=True
-                    ).moved
-                ):
-                    last = claim_rest()
-                if last is not None and last.nudge_wanted:
-                    fill_nudge([insight.pk])  # sent once this transaction commits
-        except FillLockTimeout:
-            # The fills queued before this one took longer than it waits: it returns what its
-            # first claim took (committed), and its caller polls again.
-            logger.info("pull of insight %s: the fill lock stayed busy", insight.pk)
+    if outcome.fill_wanted and len(claimed) < count:
+        _fill_inline(insight, worker, count, pull_request, claimed, operations)
+    elif outcome.nudge_wanted:
+        fill_nudge([insight.pk])
     if not claimed:
         return []
     pulled = _with_operations(claimed, operations)
     metrics.PULL_LATENCY.labels(insight.name).observe(time.perf_counter() - started)
     metrics.PULLED_AGENDAS.labels(insight.name).inc(len(claimed))
     return pulled
+
+
+def _fill_inline(
+    insight: Insight,
+    worker: str,
+    count: int,
+    pull_request: str,
+    claimed: list[tuple[AgendaProgress, Execution]],
+    operations: dict[object, list[OperationProgress]],
+) -> None:
+    """Fill the queue and what this pull still wants (the appetite), and claim that before any
+    rival can see it: one transaction under the insight's fill lock. Adds what it claims to
+    `claimed` and `operations`.
+
+    A rival's fill in progress is waited for (at most FILL_LOCK_WAIT_SECONDS), not skipped;
+    then this pull first claims what that fill left, and fills only if it is still short.
+    Inside a request id's turn it does not wait: the turn's transaction holds the rows of its
+    first claim, which an abort or a pause of those agendas would wait for in turn.
+    """
+
+    def claim_rest() -> states.ClaimOutcome:
+        again = states.queue_claim_outcome(
+            insight=insight,
+            count=count - len(claimed),
+            worker=worker,
+            now=timezone.now(),
+            pull_request=pull_request,
+            nudge=False,
+        )
+        claimed.extend(again.claimed)
+        operations.update(again.operations or {})
+        return again
+
+    in_turn = connection.in_atomic_block
+    try:
+        with transaction.atomic(savepoint=False):
+            locked = insight_fill_try_lock(insight.pk)
+            last = None
+            if not locked and not in_turn:
+                insight_fill_lock(insight.pk, timeout_seconds=FILL_LOCK_WAIT_SECONDS)
+                locked = True
+                last = claim_rest()
+            appetite = count - len(claimed)
+            if (
+                locked
+                and appetite
+                and insight_fill(insight_id=insight.pk, appetite=appetite, locked=True).moved
+            ):
+                last = claim_rest()
+            if last is not None and last.nudge_wanted:
+                fill_nudge([insight.pk])  # sent once this transaction commits
+    except FillLockTimeout:
+        # The fills queued before this one took longer than it waits: the pull returns what
+        # its first claim took (committed), and its caller polls again.
+        logger.info("pull of insight %s: the fill lock stayed busy", insight.pk)
