@@ -34,7 +34,11 @@ from scheduling.fill_limits import (
     rate_limits_of,
     within_caps,
 )
-from scheduling.locks import database_is_postgresql, insight_fill_try_lock
+from scheduling.locks import (
+    database_is_postgresql,
+    fill_lock_waiters_column,
+    insight_fill_try_lock,
+)
 from scheduling.models import CustomerLane, InsightScheduleInfo, QueuedAgenda, ReadyAgenda
 
 logger = logging.getLogger("pop.scheduling")
@@ -49,13 +53,21 @@ class FillResult:
 
 
 def insight_fill(
-    *, insight_id: object, now: datetime | None = None, appetite: int = 0, locked: bool = False
+    *,
+    insight_id: object,
+    now: datetime | None = None,
+    appetite: int = 0,
+    locked: bool = False,
+    appetite_per_waiting_pull: int = 0,
 ) -> FillResult:
     """Move up to `room` ready agendas of the insight into its queue, fairly, in one transaction.
 
     `appetite`: agendas a pull that came up short is about to claim (`scheduling.pull`); the
     room grows by that many, so they pass through the queue without leaving it short for the
     next pull. What waits there once they are claimed is still at most `queue_size`.
+    `appetite_per_waiting_pull` (PostgreSQL, with `locked`): the room grows by that many more
+    for each pull waiting for the fill lock now, each about to claim as soon as this fill
+    commits; one fill serves the pulls queued behind it instead of each filling in turn.
 
     Takes the insight's advisory try-lock (a concurrent filler returns `skipped`; `locked`: the
     caller, a pull, already holds the lock in its transaction, which this one joins) and locks its
@@ -69,10 +81,12 @@ def insight_fill(
     with unprepared_statements(), transaction.atomic(savepoint=False):
         if not locked and not insight_fill_try_lock(insight_id):
             return FillResult(insight_id=insight_id, skipped=True)
-        info, queued = _schedule_info_locked(insight_id)
+        count_waiting = bool(appetite_per_waiting_pull) and database_is_postgresql()
+        info, queued, waiting = _schedule_info_locked(insight_id, count_waiting=count_waiting)
         insight = info.insight if info is not None else None
         if insight is None or insight.paused:
             return FillResult(insight_id=insight_id)  # deleted since the nudge, or paused
+        appetite = max(appetite, 0) + waiting * max(appetite_per_waiting_pull, 0)
         room = _fill_room(insight, queued=queued, appetite=appetite)
         insight_bucket, insight_tokens = rate_limits.insight_tokens(insight, now=now)
         if insight_tokens < room:
@@ -226,28 +240,32 @@ def insights_fill(*, now: datetime | None = None) -> int:
     return sum(insight_fill(insight_id=pk, now=now).moved for pk in insights_to_fill())
 
 
-def _schedule_info_locked(insight_id: object) -> tuple[InsightScheduleInfo | None, int]:
-    """The insight's schedule info, locked, with its insight and the queue's length: one
-    statement once the info row exists (made here at the insight's first fill). None when the
-    insight is gone."""
-    loaders, sql = _schedule_info_query(connection.vendor)
+def _schedule_info_locked(
+    insight_id: object, *, count_waiting: bool = False
+) -> tuple[InsightScheduleInfo | None, int, int]:
+    """The insight's schedule info, locked, with its insight, the queue's length and (with
+    `count_waiting`, PostgreSQL) the pulls waiting for its fill lock: one statement once the
+    info row exists (made here at the insight's first fill). None when the insight is gone."""
+    loaders, sql = _schedule_info_query(connection.vendor, count_waiting)
     key = InsightScheduleInfo._meta.get_field("insight").get_db_prep_value(insight_id, connection)
+    waiting_params = fill_lock_waiters_column(insight_id)[1] if count_waiting else []
     with connection.cursor() as cursor:
-        cursor.execute(sql, [key])
+        cursor.execute(sql, [*waiting_params, key])
         row = cursor.fetchone()
     if row is not None:
         info, insight = load_row(loaders, row)
         info.insight = insight
-        return info, row[-1]
+        columns = len(row) - (2 if count_waiting else 1)
+        return info, row[columns], row[columns + 1] if count_waiting else 0
     insight = Insight.objects.filter(pk=insight_id).first()
     if insight is None:
-        return None, 0
+        return None, 0, 0
     info, _ = InsightScheduleInfo.objects.select_for_update().get_or_create(insight=insight)
-    return info, QueuedAgenda.objects.filter(insight_id=insight_id).count()
+    return info, QueuedAgenda.objects.filter(insight_id=insight_id).count(), 0
 
 
 @functools.cache
-def _schedule_info_query(vendor: str) -> tuple[list[RowLoader], str]:
+def _schedule_info_query(vendor: str, count_waiting: bool) -> tuple[list[RowLoader], str]:
     """`_schedule_info_locked`'s statement and loaders, built once per process: written out
     rather than built by the ORM at every fill (a quarter of a small fill's time)."""
     loaders = [RowLoader(InsightScheduleInfo, "s"), RowLoader(Insight, "i")]
@@ -256,9 +274,11 @@ def _schedule_info_query(vendor: str) -> tuple[list[RowLoader], str]:
         quote(model._meta.db_table) for model in (InsightScheduleInfo, Insight, QueuedAgenda)
     )
     lock = " FOR UPDATE OF s" if vendor == "postgresql" else ""
+    # The waiting pulls' column is the same text for every insight (its keys are parameters).
+    waiting = f", {fill_lock_waiters_column(0)[0]}" if count_waiting else ""
     sql = (
         f"SELECT {select_list(loaders)}, "
-        f"(SELECT COUNT(*) FROM {queue} q WHERE q.insight_id = s.insight_id) "
+        f"(SELECT COUNT(*) FROM {queue} q WHERE q.insight_id = s.insight_id){waiting} "
         f"FROM {info} s JOIN {insight} i ON i.id = s.insight_id "
         f"WHERE s.insight_id = %s{lock}"
     )

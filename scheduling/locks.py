@@ -45,6 +45,19 @@ def insight_fill_try_lock(insight_id: object) -> bool:
         return bool(cursor.fetchone()[0])
 
 
+def fill_lock_waiters_column(insight_id: object) -> tuple[str, list]:
+    """A scalar subquery (SQL and its parameters) counting the transactions of this database
+    waiting for the insight's fill lock now: the pulls queued behind an inline fill
+    (`insight_fill_lock`; the cluster's fills only try it). PostgreSQL only: pg_locks shows an
+    int4-pair advisory lock as (classid, objid) with objsubid 2."""
+    return (
+        "(SELECT COUNT(*) FROM pg_locks w WHERE w.locktype = 'advisory' AND NOT w.granted "
+        "AND w.database = (SELECT d.oid FROM pg_database d WHERE d.datname = current_database()) "
+        "AND w.classid = %s::int::oid AND w.objid = %s::int::oid AND w.objsubid = 2)",
+        [FILL_LOCK_NAMESPACE, insight_lock_key(insight_id)],
+    )
+
+
 class FillLockTimeout(Exception):
     """`insight_fill_lock` waited its limit; the transaction it ran in is aborted."""
 

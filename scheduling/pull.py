@@ -256,6 +256,9 @@ def _fill_inline(
 
     A rival's fill in progress is waited for (at most FILL_LOCK_WAIT_SECONDS), not skipped;
     then this pull first claims what that fill left, and fills only if it is still short.
+    A fill also moves `count` more for each pull then waiting for the lock (the waiters' own
+    counts are not known; pullers of one insight mostly ask alike), so the pulls queued behind
+    it claim without each filling in turn.
     Inside a request id's turn it does not wait: the turn's transaction holds the rows of its
     first claim, which an abort or a pause of those agendas would wait for in turn.
     """
@@ -286,7 +289,12 @@ def _fill_inline(
             if (
                 locked
                 and appetite
-                and insight_fill(insight_id=insight.pk, appetite=appetite, locked=True).moved
+                and insight_fill(
+                    insight_id=insight.pk,
+                    appetite=appetite,
+                    locked=True,
+                    appetite_per_waiting_pull=count,
+                ).moved
             ):
                 last = claim_rest()
             if last is not None and last.nudge_wanted:

@@ -14,6 +14,7 @@ from agendas.models import AgendaProgress
 from resourcepools.models import Insight
 from scheduling import fill as fill_service
 from scheduling import pull as pull_service
+from scheduling.locks import fill_lock_waiters_column
 from scheduling.models import QueuedAgenda, ReadyAgenda
 from tests.threads import all_at_once
 
@@ -269,3 +270,53 @@ def test_a_pull_inside_a_request_ids_turn_does_not_wait_for_a_rivals_fill(
     assert waited < 0.5
     assert rival.result(10) == 5
     assert AgendaProgress.objects.filter(state="executing").count() == 0
+
+
+@pytest.mark.django_db(transaction=True)
+@pytest.mark.skipif(connection.vendor != "postgresql", reason="the fill lock is PostgreSQL's")
+def test_a_pull_that_fills_while_another_waits_for_the_lock_fills_for_both(
+    submitter, submit_agenda, insight, monkeypatch
+):
+    _short_queue(insight, size=5)
+    for _ in range(40):
+        submit_agenda(submitter)
+    fills = []
+    real_fill = pull_service.insight_fill
+
+    def counted_fill(**kwargs):
+        result = real_fill(**kwargs)
+        fills.append(result.moved)
+        return result
+
+    monkeypatch.setattr(pull_service, "insight_fill", counted_fill)
+    rival = _rival_holding_the_fill_lock(insight, hold=0.7)  # under the pulls' 1 s wait
+
+    def pull_ten():
+        try:
+            return pull_service.insight_pull_once(
+                insight=Insight.objects.get(pk=insight.pk), worker="w", count=10
+            )
+        finally:
+            connection.close()
+
+    pullers = [ThreadPoolExecutor(1).submit(pull_ten) for _ in range(2)]
+    waiting_sql, waiting_params = fill_lock_waiters_column(insight.pk)
+    for _ in range(100):  # both pulls queue behind the rival's fill
+        with connection.cursor() as cursor:
+            cursor.execute(f"SELECT {waiting_sql}", waiting_params)
+            if cursor.fetchone()[0] == 2:
+                break
+        time.sleep(0.01)
+    else:
+        pytest.fail("the two pulls did not wait for the fill lock")
+    pulled = [future.result(10) for future in pullers]
+
+    assert rival.result(10) == 5
+    # The first pull through took the rival's 5 and filled its own 5, the queue's 5 and 10 for
+    # the pull still waiting, which then claimed those without a fill of its own.
+    assert sorted(len(items) for items in pulled) == [10, 10]
+    assert len({item.agenda.pk for items in pulled for item in items}) == 20
+    assert fills == [20]
+    assert AgendaProgress.objects.filter(state="executing").count() == 20
+    assert QueuedAgenda.objects.count() == 5
+    assert ReadyAgenda.objects.count() == 15
