@@ -201,6 +201,7 @@ class AgendaProgress(OwnedModel):
         on_delete=models.SET_NULL,
         related_name="+",
         db_constraint=False,  # see AGENDA_HISTORY_LINKS in agendas/states/reap.py
+        db_index=False,  # progress_current_execution: the executing rows only
     )
     # Some agenda was submitted to wait for this one (`after`; agendas/states/waits.py): only
     # then does its finish look for waiters to release. Set under this row's lock, never unset.
@@ -217,7 +218,22 @@ class AgendaProgress(OwnedModel):
         verbose_name_plural = "agenda progress"
         ordering = ["-created_at"]
         indexes = [
-            models.Index(fields=["state", "run_after"], name="progress_state_run_after"),
+            # Partial indexes hold only the rows their question asks about, so the hot path's
+            # updates (ready → queued → executing → succeeded, never HOT) write no entry in
+            # them but one, at the claim (docs/decisions.md, "Two progress indexes hold only
+            # the rows they are asked about"). The promote asks for pending rows by run_after;
+            # Django's SET_NULL, when executions are deleted through the ORM, for the rows
+            # pointing at them: only an executing row points at one.
+            models.Index(
+                fields=["run_after"],
+                name="progress_pending_run_after",
+                condition=Q(state="pending"),
+            ),
+            models.Index(
+                fields=["current_execution"],
+                name="progress_current_execution",
+                condition=Q(current_execution__isnull=False),
+            ),
             models.Index(fields=["customer", "state"], name="progress_customer_state"),
             models.Index(fields=["state", "completed_at"], name="progress_state_completed"),
             # The progress list's default order, for a customer (staff read created_at's own).
