@@ -64,9 +64,7 @@ def test_an_agenda_that_ran_leaves_no_entry_in_either_partial_index(
 
 
 @pytest.mark.django_db
-def test_the_promote_reads_the_pending_rows_off_their_own_index(
-    submitter, submit_agenda, insight
-):
+def test_the_promote_reads_the_pending_rows_off_their_own_index(submitter, submit_agenda, insight):
     later = timezone.now() + timezone.timedelta(hours=1)
     for _ in range(3):
         submit_agenda(submitter, run_after=later)
