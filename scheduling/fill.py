@@ -67,7 +67,9 @@ def insight_fill(
     next pull. What waits there once they are claimed is still at most `queue_size`.
     `appetite_per_waiting_pull` (PostgreSQL, with `locked`): the room grows by that many more
     for each pull waiting for the fill lock now, each about to claim as soon as this fill
-    commits; one fill serves the pulls queued behind it instead of each filling in turn.
+    commits; one fill serves the pulls queued behind it instead of each filling in turn. The
+    queue holds more than `queue_size` only until those pulls have claimed; one that asked
+    fewer, or stopped waiting, leaves the rest to the next pulls (docs/design.md §6.3).
 
     Takes the insight's advisory try-lock (a concurrent filler returns `skipped`; `locked`: the
     caller, a pull, already holds the lock in its transaction, which this one joins) and locks its
