@@ -18,8 +18,9 @@ Four kinds of run on the same servers:
    processes and its exited backends, from /proc), the qcluster and the client processes,
    the connections opened, the WAL written and the shared buffers touched (pg_stat_database;
    beside the sketch's in bench.setbased_cycle), and the rate the cores would allow at that
-   cost; then the same run with the insight at the default queue_size 10 (a pull that drains
-   a short queue fills it inline), its rate as a ratio of the run at 100;
+   cost; then, the first run's agendas deleted (`forget_agendas`), the same run with the
+   insight at the default queue_size 10 (a pull that drains a short queue fills it inline),
+   its rate as a ratio of the run at 100;
 3. the report endpoint alone: 2 processes send heartbeat reports (`executions/{id}/report/`,
    empty body: one locked read + one UPDATE) for a few seconds — req/s;
 4. pull latency with `http_waiting` ready agendas behind the queue (built with set-based SQL),
@@ -33,6 +34,8 @@ import multiprocessing
 import os
 import time
 
+import psycopg
+
 from bench import servers
 from bench.autovacuum import autovacuum_stand_in
 from bench.common import (
@@ -44,6 +47,7 @@ from bench.common import (
     close_django_connections,
     cpu_seconds,
     django_setup,
+    dsn,
     make_world,
     percentile,
     phase_main,
@@ -297,6 +301,7 @@ def short_queue_throughput(
 
     Insight.objects.filter(pk=world.insight_id).update(queue_size=DEFAULT_QUEUE_SIZE)
     close_django_connections()
+    forget_agendas(dbname)
     try:
         with autovacuum_stand_in(dbname):
             return throughput(
@@ -305,6 +310,22 @@ def short_queue_throughput(
     finally:
         Insight.objects.filter(pk=world.insight_id).update(queue_size=QUEUE_SIZE)
         close_django_connections()
+
+
+def forget_agendas(dbname: str) -> None:
+    """Delete every agenda and the rows under it, as the reap does once they expire, so that
+    the run at the default queue_size starts from the history the run at 100 started from.
+    Run after it on the first run's 12,000 agendas, it paid for them: on the same servers,
+    successive runs cost more CPU an agenda with each run's agendas left behind (PostgreSQL
+    0.77 → 0.89 → 1.08 ms over three runs, 2026-11-28), and nothing when they were deleted in
+    between — the small tables' indexes gaining a level, and the autovacuum stand-in's
+    ANALYZE reading more rows until it samples."""
+    with psycopg.connect(dsn(dbname), autocommit=True) as conn:
+        conn.execute(
+            "TRUNCATE agendas_agenda, agendas_agendaprogress, agendas_operationprogress, "
+            "agendas_execution CASCADE"
+        )
+    vacuum_analyze(dbname)
 
 
 def record_costs(result: PhaseResult, figures: dict) -> None:
