@@ -45,7 +45,10 @@ def progress_queue_many(
 
     On PostgreSQL one statement locks, moves, unreadies and queues them (`_QUEUE_SQL`): the
     three ORM statements it replaced each sent a hundred ids one placeholder apiece, past
-    psycopg's cache of converted statements, and cost a fill more than the rest of it.
+    psycopg's cache of converted statements, and cost a fill more than the rest of it. It
+    finds the progress rows by `= ANY` of their keys (agenda ids, then the locked row ids):
+    joined to the list of ids instead, a table of some 15,000 rows was read whole, twice, with
+    the ready table, for a fill of 110 (7.1 ms; 2.9 ms by the keys).
     """
     if not entries:
         return []
@@ -98,18 +101,17 @@ WITH wanted AS (
     FROM unnest(%(agendas)s::uuid[], %(customers)s::uuid[]) WITH ORDINALITY
          AS w(agenda_id, customer_id, ord)
 ), locked AS (
-    SELECT p.id, wanted.agenda_id, wanted.customer_id, wanted.ord
-    FROM {progress} p JOIN wanted ON wanted.agenda_id = p.agenda_id
-    WHERE p.state = %(ready)s
+    SELECT p.id FROM {progress} p
+    WHERE p.agenda_id = ANY(%(agendas)s::uuid[]) AND p.state = %(ready)s
     FOR UPDATE OF p SKIP LOCKED
 ), moved AS (
     UPDATE {progress} p SET state = %(queued)s, updated_at = %(now)s, {entering}
-    FROM locked WHERE p.id = locked.id
+    WHERE p.id = ANY(ARRAY(SELECT id FROM locked))
     RETURNING p.agenda_id
 ), placed AS (
-    SELECT locked.agenda_id, locked.customer_id,
-           %(first)s + row_number() OVER (ORDER BY locked.ord) - 1 AS position
-    FROM locked JOIN moved ON moved.agenda_id = locked.agenda_id
+    SELECT wanted.agenda_id, wanted.customer_id,
+           %(first)s + row_number() OVER (ORDER BY wanted.ord) - 1 AS position
+    FROM wanted JOIN moved ON moved.agenda_id = wanted.agenda_id
 ), unready AS (
     DELETE FROM {ready} r USING placed WHERE r.agenda_id = placed.agenda_id
 ), queued AS (
