@@ -35,8 +35,9 @@ from scheduling.fill_limits import (
     within_caps,
 )
 from scheduling.locks import (
+    FILL_LOCK_WAITERS_SQL,
     database_is_postgresql,
-    fill_lock_waiters_column,
+    fill_lock_key,
     insight_fill_try_lock,
 )
 from scheduling.models import CustomerLane, InsightScheduleInfo, QueuedAgenda, ReadyAgenda
@@ -250,7 +251,7 @@ def _schedule_info_locked(
     info row exists (made here at the insight's first fill). None when the insight is gone."""
     loaders, sql = _schedule_info_query(connection.vendor, count_waiting)
     key = InsightScheduleInfo._meta.get_field("insight").get_db_prep_value(insight_id, connection)
-    waiting_params = fill_lock_waiters_column(insight_id)[1] if count_waiting else []
+    waiting_params = fill_lock_key(insight_id) if count_waiting else []
     with connection.cursor() as cursor:
         cursor.execute(sql, [*waiting_params, key])
         row = cursor.fetchone()
@@ -276,8 +277,7 @@ def _schedule_info_query(vendor: str, count_waiting: bool) -> tuple[list[RowLoad
         quote(model._meta.db_table) for model in (InsightScheduleInfo, Insight, QueuedAgenda)
     )
     lock = " FOR UPDATE OF s" if vendor == "postgresql" else ""
-    # The waiting pulls' column is the same text for every insight (its keys are parameters).
-    waiting = f", {fill_lock_waiters_column(0)[0]}" if count_waiting else ""
+    waiting = f", {FILL_LOCK_WAITERS_SQL}" if count_waiting else ""
     sql = (
         f"SELECT {select_list(loaders)}, "
         f"(SELECT COUNT(*) FROM {queue} q WHERE q.insight_id = s.insight_id){waiting} "

@@ -38,24 +38,25 @@ def insight_fill_try_lock(insight_id: object) -> bool:
     if not database_is_postgresql():
         return True
     with connection.cursor() as cursor:
-        cursor.execute(
-            "SELECT pg_try_advisory_xact_lock(%s, %s)",
-            [FILL_LOCK_NAMESPACE, insight_lock_key(insight_id)],
-        )
+        cursor.execute("SELECT pg_try_advisory_xact_lock(%s, %s)", fill_lock_key(insight_id))
         return bool(cursor.fetchone()[0])
 
 
-def fill_lock_waiters_column(insight_id: object) -> tuple[str, list]:
-    """A scalar subquery (SQL and its parameters) counting the transactions of this database
-    waiting for the insight's fill lock now: the pulls queued behind an inline fill
-    (`insight_fill_lock`; the cluster's fills only try it). PostgreSQL only: pg_locks shows an
-    int4-pair advisory lock as (classid, objid) with objsubid 2."""
-    return (
-        "(SELECT COUNT(*) FROM pg_locks w WHERE w.locktype = 'advisory' AND NOT w.granted "
-        "AND w.database = (SELECT d.oid FROM pg_database d WHERE d.datname = current_database()) "
-        "AND w.classid = %s::int::oid AND w.objid = %s::int::oid AND w.objsubid = 2)",
-        [FILL_LOCK_NAMESPACE, insight_lock_key(insight_id)],
-    )
+def fill_lock_key(insight_id: object) -> list[int]:
+    """The two int4 keys of the insight's fill lock (the parameters of `FILL_LOCK_WAITERS_SQL`
+    too)."""
+    return [FILL_LOCK_NAMESPACE, insight_lock_key(insight_id)]
+
+
+# A scalar subquery counting the transactions of this database waiting for an insight's fill
+# lock now, its parameters `fill_lock_key(insight_id)`: the pulls queued behind an inline fill
+# (`insight_fill_lock`; the cluster's fills only try it). PostgreSQL only: pg_locks shows an
+# int4-pair advisory lock as (classid, objid) with objsubid 2.
+FILL_LOCK_WAITERS_SQL = (
+    "(SELECT COUNT(*) FROM pg_locks w WHERE w.locktype = 'advisory' AND NOT w.granted "
+    "AND w.database = (SELECT d.oid FROM pg_database d WHERE d.datname = current_database()) "
+    "AND w.classid = %s::int::oid AND w.objid = %s::int::oid AND w.objsubid = 2)"
+)
 
 
 class FillLockTimeout(Exception):
@@ -78,7 +79,7 @@ def insight_fill_lock(insight_id: object, *, timeout_seconds: float) -> None:
             cursor.execute(
                 "SELECT pg_advisory_xact_lock(%s, %s) "
                 "FROM (SELECT set_config('lock_timeout', %s, true)) AS timeout",
-                [FILL_LOCK_NAMESPACE, insight_lock_key(insight_id), limit],
+                [*fill_lock_key(insight_id), limit],
             )
         except OperationalError as error:
             if isinstance(error.__cause__, LockNotAvailable):  # lock_timeout reached

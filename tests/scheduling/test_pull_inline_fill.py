@@ -14,7 +14,7 @@ from agendas.models import AgendaProgress
 from resourcepools.models import Insight
 from scheduling import fill as fill_service
 from scheduling import pull as pull_service
-from scheduling.locks import fill_lock_waiters_column
+from scheduling.locks import FILL_LOCK_WAITERS_SQL, fill_lock_key
 from scheduling.models import QueuedAgenda, ReadyAgenda
 from tests.threads import all_at_once
 
@@ -25,6 +25,14 @@ def _short_queue(insight, size: int = 2, algorithm=Insight.Algorithm.ROUND_ROBIN
     insight.queue_size = size
     insight.scheduling_algorithm = algorithm
     insight.save()
+
+
+def _short_queue_with_ready(insight, submit_agenda, submitter, ready: int, size: int = 5) -> None:
+    """A short queue, and `ready` agendas of `submitter` behind it (the submits' nudges are off
+    in tests: nothing is queued yet)."""
+    _short_queue(insight, size=size)
+    for _ in range(ready):
+        submit_agenda(submitter)
 
 
 def test_a_pull_of_ten_from_a_queue_of_two_takes_ten_in_round_robin_order(
@@ -160,9 +168,7 @@ def _rival_holding_the_fill_lock(insight, hold: float):
 def test_a_pull_that_meets_a_rivals_fill_waits_for_it_and_takes_its_agendas(
     submitter, submit_agenda, insight
 ):
-    _short_queue(insight, size=5)
-    for _ in range(20):
-        submit_agenda(submitter)
+    _short_queue_with_ready(insight, submit_agenda, submitter, ready=20)
     hold = 0.5
     rival = _rival_holding_the_fill_lock(insight, hold=hold)
     started = time.monotonic()
@@ -226,9 +232,7 @@ def test_a_pull_whose_queue_rivals_are_claiming_fills_for_itself_instead_of_comi
 def test_a_pull_waits_for_a_rivals_fill_no_longer_than_its_limit_and_loses_nothing(
     submitter, submit_agenda, insight, monkeypatch
 ):
-    _short_queue(insight, size=5)
-    for _ in range(20):
-        submit_agenda(submitter)
+    _short_queue_with_ready(insight, submit_agenda, submitter, ready=20)
     monkeypatch.setattr(pull_service, "FILL_LOCK_WAIT_SECONDS", 0.2)
     rival = _rival_holding_the_fill_lock(insight, hold=2.0)
 
@@ -253,9 +257,7 @@ def test_a_pull_waits_for_a_rivals_fill_no_longer_than_its_limit_and_loses_nothi
 def test_a_pull_inside_a_request_ids_turn_does_not_wait_for_a_rivals_fill(
     submitter, submit_agenda, insight
 ):
-    _short_queue(insight, size=5)
-    for _ in range(20):
-        submit_agenda(submitter)
+    _short_queue_with_ready(insight, submit_agenda, submitter, ready=20)
     rival = _rival_holding_the_fill_lock(insight, hold=1.0)
 
     started = time.monotonic()
@@ -277,9 +279,7 @@ def test_a_pull_inside_a_request_ids_turn_does_not_wait_for_a_rivals_fill(
 def test_a_pull_that_fills_while_another_waits_for_the_lock_fills_for_both(
     submitter, submit_agenda, insight, monkeypatch
 ):
-    _short_queue(insight, size=5)
-    for _ in range(40):
-        submit_agenda(submitter)
+    _short_queue_with_ready(insight, submit_agenda, submitter, ready=40)
     fills = []
     real_fill = pull_service.insight_fill
 
@@ -300,10 +300,9 @@ def test_a_pull_that_fills_while_another_waits_for_the_lock_fills_for_both(
             connection.close()
 
     pullers = [ThreadPoolExecutor(1).submit(pull_ten) for _ in range(2)]
-    waiting_sql, waiting_params = fill_lock_waiters_column(insight.pk)
     for _ in range(100):  # both pulls queue behind the rival's fill
         with connection.cursor() as cursor:
-            cursor.execute(f"SELECT {waiting_sql}", waiting_params)
+            cursor.execute(f"SELECT {FILL_LOCK_WAITERS_SQL}", fill_lock_key(insight.pk))
             if cursor.fetchone()[0] == 2:
                 break
         time.sleep(0.01)
