@@ -33,6 +33,13 @@ CID_HEADER = "X-POP-CID"
 LEASE_HEADER = "X-POP-Lease"
 IDEMPOTENCY_HEADER = "Idempotency-Key"
 
+# How long a connection may sit idle and still carry the next call. Below the server's own
+# keep-alive (gunicorn's default is 2 s), so the client never sends on a connection the server
+# is about to close: gunicorn closes an expired one without reading a request that already
+# arrived on it, and the call fails with "connection reset" (or "disconnected without a
+# response") although the server is well — a failure no call may repeat unless idempotent.
+KEEPALIVE_EXPIRY_SECONDS = 1.0
+
 # Failures where the request certainly never reached the server: always safe to retry.
 _NOT_SENT = (httpx.ConnectError, httpx.ConnectTimeout, httpx.PoolTimeout)
 _IDEMPOTENT_METHODS = frozenset({"GET", "HEAD", "OPTIONS", "PUT", "DELETE"})
@@ -152,7 +159,8 @@ class ApiSession:
 
     ``retries`` is how many times a call is repeated after a failure that is safe to
     repeat: a connection that never reached the server (every call), a 429 (every call),
-    and 5xx or a broken connection for idempotent calls.
+    and 5xx or a broken connection for idempotent calls. A connection idle for more than
+    ``keepalive_seconds`` is not reused: set it below the server's keep-alive timeout.
     """
 
     def __init__(
@@ -167,6 +175,7 @@ class ApiSession:
         max_backoff: float = 8.0,
         transport: httpx.BaseTransport | None = None,
         sleep: Callable[[float], None] = time.sleep,
+        keepalive_seconds: float = KEEPALIVE_EXPIRY_SECONDS,
     ) -> None:
         base = base_url.rstrip("/")
         if base.endswith(API_PREFIX):
@@ -184,6 +193,7 @@ class ApiSession:
             base_url=base,
             timeout=timeout,
             transport=transport,
+            limits=httpx.Limits(keepalive_expiry=keepalive_seconds),
             headers={"User-Agent": f"popclient/{__version__}", "Accept": "application/json"},
         )
 
