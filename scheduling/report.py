@@ -19,7 +19,7 @@ from agendas.models import Agenda, AgendaProgress, Execution, OperationProgress
 from agendas.states import InvalidTransition, S
 from agendas.states.operation_rows import operations_of_progress
 from core.errors import refusal_status, validation_messages
-from core.rows import RowLoader, load_row, select_list
+from core.rows import RowLoader, load_row, relate_one_way, select_list
 from resourcepools.models import Customer, Insight
 from scheduling import metrics
 from scheduling.locks import database_is_postgresql
@@ -336,7 +336,7 @@ def _lock_current(execution_ids: list) -> dict[object, tuple[AgendaProgress, Exe
         agenda.customer, agenda.insight = customer, insight
         if execution.insight_id == insight.pk:
             execution.insight = insight  # fair share's charge skips other algorithms' lanes
-        progress.agenda = agenda
+        relate_one_way(progress, "agenda", agenda)
         locked[execution.pk] = (progress, execution)
     return locked
 

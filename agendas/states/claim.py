@@ -15,7 +15,7 @@ from agendas.models import Agenda, AgendaProgress, Execution, OperationProgress
 from agendas.queue_models import QueuedAgenda, ReadyAgenda
 from agendas.states.machine import S, callback_enqueue, entry_sql, entry_update
 from agendas.states.operation_rows import pulled_operations_load, pulled_operations_sql
-from core.rows import RowLoader, load_row, select_list
+from core.rows import RowLoader, load_row, relate_one_way, select_list
 from resourcepools.models import Customer, Insight
 
 
@@ -321,7 +321,7 @@ def _queue_claim_postgresql(
         progress, execution, agenda, customer = load_row(loaders, columns)
         operations[progress.pk] = pulled_operations_load(pulled_operations)
         agenda.customer = customer
-        progress.agenda = agenda
+        relate_one_way(progress, "agenda", agenda)
         progress.current_execution = execution
         callback_enqueue(progress, event=S.EXECUTING, now=now)
         claimed.append((progress, execution))
