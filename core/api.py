@@ -380,11 +380,35 @@ class PopViewMixin:
         with hot_path_statements():
             return super().dispatch(request, *args, **kwargs)
 
+    def finalize_response(self, request: Request, response: Any, *args: Any, **kwargs: Any) -> Any:
+        response = super().finalize_response(request, response, *args, **kwargs)
+        response._resource_closers.append(functools.partial(_let_go, self, request, response))
+        return response
+
     def initial(self, request: Request, *args: Any, **kwargs: Any) -> None:
         super().initial(request, *args, **kwargs)
         length = request.META.get("CONTENT_LENGTH") or "0"
         if length.isdigit() and int(length) > body_limit():
             raise PayloadTooLarge()
+
+
+def _let_go(view: Any, request: Any, response: Any) -> None:
+    """Once the answer is sent (the response closed), drop the references by which the
+    request, the view and the response hold one another: DRF's request and its
+    `parser_context`, the view's `request` and `response`, the response's
+    `renderer_context`, and what the middleware hung on Django's request (the messages
+    storage, `auser`, the CSP nonce), each of which refers back to it. Reference counting
+    then frees them, with the parsed body and the answer, as the request ends. Left in cycles
+    they waited for the cyclic collector: a web worker's threads keep requests alive across
+    its young collections, so they were promoted and waited for full collections, which stop
+    every thread of the worker (docs/decisions.md, "An API request lets go of itself")."""
+    django_request = getattr(request, "_request", request)
+    for name in ("_messages", "auser", "csp_nonce"):
+        django_request.__dict__.pop(name, None)
+    request.parser_context = None
+    view.__dict__.pop("request", None)
+    view.__dict__.pop("response", None)
+    response.renderer_context = None
 
 
 class PopAPIView(PopViewMixin, views.APIView):
