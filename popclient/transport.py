@@ -193,7 +193,12 @@ class ApiSession:
             base_url=base,
             timeout=timeout,
             transport=transport,
-            limits=httpx.Limits(keepalive_expiry=keepalive_seconds),
+            # httpx's own caps (its default Limits), with the shorter idle expiry.
+            limits=httpx.Limits(
+                max_connections=100,
+                max_keepalive_connections=20,
+                keepalive_expiry=keepalive_seconds,
+            ),
             headers={"User-Agent": f"popclient/{__version__}", "Accept": "application/json"},
         )
 

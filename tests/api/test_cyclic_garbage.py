@@ -1,5 +1,7 @@
 """A pull and its batch report leave their rows' instances to reference counting, not to the
-cyclic collector (core/rows.relate_one_way).
+cyclic collector (core/rows.relate_one_way); an API request leaves nothing to it at all
+(core/api._let_go drops the references by which request, view and response hold one another
+once the answer is sent).
 
 Each pulled or reported progress row is loaded with its agenda. Set through the one-to-one
 field's descriptor, the agenda also caches the progress in return: a cycle, so every pair and
