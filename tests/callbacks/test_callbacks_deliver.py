@@ -323,3 +323,31 @@ def test_agendas_without_a_callback_url_write_no_outbox_rows(submitter, submit_a
 
     assert _rows(agenda) == []
     assert callbacks_deliver() == DeliveryRun()
+
+
+def test_a_run_with_nothing_due_builds_no_http_client_and_one_with_work_builds_one(
+    monkeypatch, submitter, calls_back_to, submit_agenda, http_receiver
+):
+    """A run every POP_CALLBACK_INTERVAL mostly finds nothing due: it must not pay for a
+    client (its TLS context) it will not use; a run with work uses one client for its rows."""
+    from scheduling import callbacks
+
+    built = []
+    real_new_client = callbacks.new_client
+
+    def counting_new_client(*args, **kwargs):
+        built.append(1)
+        return real_new_client(*args, **kwargs)
+
+    monkeypatch.setattr(callbacks, "new_client", counting_new_client)
+    assert callbacks_deliver() == DeliveryRun()
+    assert built == []
+
+    receiver = http_receiver()
+    calls_back_to(receiver.url)
+    for _ in range(2):
+        agenda_pause(principal=submitter.user, agenda=submit_agenda(submitter))
+
+    assert callbacks_deliver() == DeliveryRun(delivered=2)
+    assert built == [1]
+    assert receiver.events() == ["paused", "paused"]
