@@ -120,6 +120,14 @@ def relate_one_way(instance: Model, name: str, related: Model) -> None:
     field.set_cached_value(instance, related)
 
 
+def cache_reverse_one_way(instance: Model, name: str, related: Model) -> None:
+    """`instance.<name>` answers `related` (the reverse side of a one-to-one: `related` points
+    at `instance`), without `related` caching `instance` in return — the cycle
+    `relate_one_way` avoids, from the other end. `related` must already carry `instance`'s
+    key; reading `related.<its field>` then queries the database."""
+    instance._meta.get_field(name).set_cached_value(instance, related)
+
+
 def select_list(loaders) -> str:
     """The loaders' columns, in order, as a SELECT list: the rows `load_row` reads."""
     return ", ".join(column for loader in loaders for column in loader.columns)

@@ -84,6 +84,7 @@ from core.api import (
     Pagination,
     PopAPIView,
     ServiceWritesMixin,
+    request_context,
     validate_each,
 )
 from core.compiled_validation import compiled_validator
@@ -184,12 +185,13 @@ class AgendaViewSet(mixins.ListModelMixin, mixins.RetrieveModelMixin, CustomerSc
     @action(detail=False, methods=["post"], filter_backends=[])
     def bulk(self, request: Request) -> Response:
         items = compiled_validator(AgendaBulkSerializer).run_validation(request.data)["agendas"]
-        checked = validate_each(
-            compiled_validator(AgendaBulkItemSerializer).bound(
-                AgendaBulkItemSerializer(context={"request": request})
-            ),
-            items,
-        )
+        with request_context(request) as context:
+            checked = validate_each(
+                compiled_validator(AgendaBulkItemSerializer).bound(
+                    AgendaBulkItemSerializer(context=context)
+                ),
+                items,
+            )
         valid = [data for data, errors in checked if errors is None]
         submitted = iter(agendas_submit_many(principal=request.user, items=valid, cid=request.cid))
         results = [next(submitted) if errors is None else errors for _, errors in checked]

@@ -24,6 +24,7 @@ from agendas.states.operations import OpState, operations_abort_unfinished
 from core.after_commit import after_commit
 from core.column_inserts import insert_columns, insert_instances
 from core.errors import InvalidTransition
+from core.rows import cache_reverse_one_way
 
 logger = logging.getLogger("pop.agendas")
 
@@ -84,22 +85,30 @@ def progress_create_many(
     """`progress_create` for many new (already inserted) agendas: one INSERT per table.
 
     `entries` are (agenda, run_after, do_not_run). Each progress is cached on its agenda
-    (`agenda.progress`). Ready rows get `added_at` one microsecond apart in entry order, so the
-    FIFO order within the batch is kept; one fill nudge covers every insight involved.
+    (`agenda.progress`), one way: a progress does not cache its agenda, so the pair is freed
+    with the request instead of by the cyclic collector (core/rows.py). Ready rows get
+    `added_at` one microsecond apart in entry order, so the FIFO order within the batch is
+    kept; one fill nudge covers every insight involved.
     """
-    progresses = [
-        _new_progress(agenda, run_after=run_after, do_not_run=do_not_run, now=now)
+    pairs = [
+        (
+            agenda,
+            _new_progress(
+                agenda, run_after=run_after, do_not_run=do_not_run, now=now, relate=False
+            ),
+        )
         for agenda, run_after, do_not_run in entries
     ]
+    progresses = [progress for _, progress in pairs]
     insert_instances(AgendaProgress, progresses, now=now)
     # The operations and ready rows too: no instance per row (the callers never see them).
     operations: dict[str, list] = {}
-    for progress in progresses:
-        for values in _new_operation_values(progress, progress.agenda):
+    for agenda, progress in pairs:
+        for values in _new_operation_values(progress, agenda):
             for attname, value in values.items():
                 operations.setdefault(attname, []).append(value)
     insert_columns(OperationProgress, operations, now=now)
-    ready = [progress.agenda for progress in progresses if progress.state == S.READY]
+    ready = [agenda for agenda, progress in pairs if progress.state == S.READY]
     insert_columns(
         ReadyAgenda,
         {
@@ -113,18 +122,26 @@ def progress_create_many(
     )
     lanes_wake((agenda.insight_id, agenda.customer_id) for agenda in ready)
     fill_nudge(agenda.insight_id for agenda in ready)
-    for progress in progresses:
-        progress.agenda.progress = progress
+    for agenda, progress in pairs:
+        cache_reverse_one_way(agenda, "progress", progress)
     return progresses
 
 
 def _new_progress(
-    agenda: Agenda, *, run_after: datetime | None, do_not_run: bool, now: datetime
+    agenda: Agenda,
+    *,
+    run_after: datetime | None,
+    do_not_run: bool,
+    now: datetime,
+    relate: bool = True,
 ) -> AgendaProgress:
-    # A new agenda starts ready, or pending when held or not yet due (docs/design.md §4, submit).
+    """A new agenda's progress row, unsaved: ready, or pending when held or not yet due
+    (docs/design.md §4, submit). `relate=False` sets its agenda's key only (nothing cached
+    either way)."""
     waiting = do_not_run or (run_after is not None and run_after > now)
+    relation = {"agenda": agenda} if relate else {"agenda_id": agenda.pk}
     return AgendaProgress(
-        agenda=agenda,
+        **relation,
         customer_id=agenda.customer_id,
         link_id=agenda.link_id,
         cid=agenda.cid,
