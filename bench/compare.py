@@ -122,12 +122,52 @@ def cross_figures(results: dict[str, PhaseResult]) -> None:
         if figure.metric.endswith("CPU per agenda (whole machine)") and best_cpu is not None:
             figure.ratio = figure.value / best_cpu.value
             figure.reference = f"CPU per job of {best.metric.removesuffix(' end to end')}"
+    _against_celery(e2e, peers)
     http = results.get("http")
     if http:
         for figure in http.figures:
             if figure.metric == "over HTTP end to end" and _finite(figure.value):
                 figure.ratio = figure.value / best.value
                 figure.reference = f"best peer ({best.metric.removesuffix(' end to end')})"
+
+
+CELERY = "Celery + Redis end to end"
+
+
+def _against_celery(e2e: PhaseResult, peers: PhaseResult) -> None:
+    """Issue 22's in-process targets, from this run's peers: POP's CPU per agenda at or under
+    Celery + Redis's per no-op job, and a rate above every peer but PgQueuer."""
+    by_metric = {f.metric: f for f in peers.figures if _finite(f.value)}
+    celery_cpu = by_metric.get(f"{CELERY}, CPU per job (whole machine)")
+    pop = {f.metric: f for f in e2e.figures if _finite(f.value)}
+    pop_cpu = pop.get("in-process end to end, CPU per agenda (whole machine)")
+    pop_rate = pop.get("in-process end to end")
+    if pop_cpu is not None and celery_cpu is not None:
+        figure = e2e.add(
+            "in-process end to end, CPU per agenda against Celery + Redis",
+            pop_cpu.value,
+            "ms",
+            target="≤ 1 × Celery's",
+            ok=pop_cpu.value <= celery_cpu.value,
+        )
+        figure.ratio = pop_cpu.value / celery_cpu.value
+        figure.reference = "Celery + Redis's CPU per no-op job"
+    others = [
+        f
+        for f in peers.figures
+        if f.metric.endswith(" end to end") and "PgQueuer" not in f.metric and _finite(f.value)
+    ]
+    if pop_rate is not None and others:
+        fastest = max(others, key=lambda f: f.value)
+        figure = e2e.add(
+            "in-process end to end against the peers but PgQueuer",
+            pop_rate.value,
+            "agendas/s",
+            target="> 1 × the fastest",
+            ok=pop_rate.value > fastest.value,
+        )
+        figure.ratio = pop_rate.value / fastest.value
+        figure.reference = f"{fastest.metric.removesuffix(' end to end')} (the fastest)"
 
 
 def floor_figures(results: dict[str, PhaseResult]) -> None:
