@@ -275,6 +275,13 @@ def report(
                 notes.append(
                     ("peers", f"{figure.metric.removesuffix(' end to end')}: {figure.note}")
                 )
+    # Why a row reads "no", where its phase said (e.g. which requests of the history missed).
+    for result in results.values():
+        if result.phase == "peers":
+            continue
+        for figure in result.figures:
+            if figure.note and figure.ok is False:
+                notes.append((result.phase, f"{figure.metric} (no): {figure.note}"))
     if notes:
         lines += ["", "Notes:", ""]
         lines += [f"- {phase}: {note}" for phase, note in notes]
