@@ -23,6 +23,7 @@ from bench.common import (
     PYTHON,
     ROOT,
     TEMPLATE_DB,
+    Figure,
     PhaseResult,
     drop_database,
     migrate_template,
@@ -110,14 +111,7 @@ def cross_figures(results: dict[str, PhaseResult]) -> None:
             figure.reference = f"best peer ({best.metric.removesuffix(' end to end')})"
             figure.target = "≥ 1.5 × best peer"
             figure.ok = figure.ratio >= 1.5
-    best_cpu = next(
-        (
-            f
-            for f in peers.figures
-            if f.metric == f"{best.metric}, CPU per job (whole machine)" and _finite(f.value)
-        ),
-        None,
-    )
+    best_cpu = _figure(peers, f"{best.metric}, CPU per job (whole machine)")
     for figure in e2e.figures:
         if figure.metric.endswith("CPU per agenda (whole machine)") and best_cpu is not None:
             figure.ratio = figure.value / best_cpu.value
@@ -131,17 +125,17 @@ def cross_figures(results: dict[str, PhaseResult]) -> None:
                 figure.reference = f"best peer ({best.metric.removesuffix(' end to end')})"
 
 
-CELERY = "Celery + Redis end to end"
+def _figure(result: PhaseResult, metric: str) -> Figure | None:
+    """`result`'s figure named `metric`, when it has a value."""
+    return next((f for f in result.figures if f.metric == metric and _finite(f.value)), None)
 
 
 def _against_celery(e2e: PhaseResult, peers: PhaseResult) -> None:
     """Issue 22's in-process targets, from this run's peers: POP's CPU per agenda at or under
     Celery + Redis's per no-op job, and a rate above every peer but PgQueuer."""
-    by_metric = {f.metric: f for f in peers.figures if _finite(f.value)}
-    celery_cpu = by_metric.get(f"{CELERY}, CPU per job (whole machine)")
-    pop = {f.metric: f for f in e2e.figures if _finite(f.value)}
-    pop_cpu = pop.get("in-process end to end, CPU per agenda (whole machine)")
-    pop_rate = pop.get("in-process end to end")
+    celery_cpu = _figure(peers, "Celery + Redis end to end, CPU per job (whole machine)")
+    pop_cpu = _figure(e2e, "in-process end to end, CPU per agenda (whole machine)")
+    pop_rate = _figure(e2e, "in-process end to end")
     if pop_cpu is not None and celery_cpu is not None:
         figure = e2e.add(
             "in-process end to end, CPU per agenda against Celery + Redis",

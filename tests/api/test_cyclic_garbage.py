@@ -14,6 +14,7 @@ collection walks what is in it then: fewer objects in cycles, shorter pauses.
 import gc
 import io
 import json
+from collections import Counter
 
 import pytest
 from django.core.handlers.wsgi import WSGIHandler
@@ -53,13 +54,14 @@ def _left_in_cycles(run) -> list:
     return left
 
 
-def _models_left_in_cycles(run) -> dict[str, int]:
+def _models_left_in_cycles(run) -> Counter[str]:
     """Model instances `run` left for the cyclic collector, by class name."""
-    left: dict[str, int] = {}
-    for found in _left_in_cycles(run):
-        if issubclass(type(found), Model):  # not isinstance: it would evaluate lazy objects
-            left[type(found).__name__] = left.get(type(found).__name__, 0) + 1
-    return left
+    return Counter(
+        type(found).__name__
+        for found in _left_in_cycles(run)
+        # not isinstance: it would evaluate lazy objects
+        if issubclass(type(found), Model)
+    )
 
 
 def _post_through(handler: WSGIHandler, path: str, token: str, payload: dict) -> dict:

@@ -8,7 +8,7 @@ from django.core.exceptions import PermissionDenied
 
 from agendas.services import agenda_abort, agenda_pause
 from agendas.states import InvalidTransition
-from scheduling import report
+from scheduling import callbacks, report
 from scheduling.callbacks import DeliveryRun, backoff, callback_redeliver, callbacks_deliver
 from scheduling.models import CallbackDelivery
 from tests.callbacks.conftest import SECRET
@@ -330,8 +330,6 @@ def test_a_run_with_nothing_due_builds_no_http_client_and_one_with_work_builds_o
 ):
     """A run every POP_CALLBACK_INTERVAL mostly finds nothing due: it must not pay for a
     client (its TLS context) it will not use; a run with work uses one client for its rows."""
-    from scheduling import callbacks
-
     built = []
     real_new_client = callbacks.new_client
 
