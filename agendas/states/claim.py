@@ -16,6 +16,7 @@ from agendas.queue_models import QueuedAgenda, ReadyAgenda
 from agendas.states.machine import S, callback_enqueue, entry_sql, entry_update
 from agendas.states.operation_rows import pulled_operations_load, pulled_operations_sql
 from core.rows import RowLoader, load_row, relate_one_way, select_list
+from core.statement_text import compact_statement
 from resourcepools.models import Customer, Insight
 
 
@@ -246,7 +247,8 @@ LEFT JOIN (moved
 @functools.cache
 def _claim_statement(vendor: str) -> tuple[str, list[RowLoader]]:
     """The claim's SQL and the loaders of its rows, built once per process and vendor: the
-    progress rows as moved, the new executions, the agendas and their customers."""
+    progress rows as moved, the new executions, the agendas and their customers. The text is
+    compacted to stay within the driver's cache of converted statements (core.statement_text)."""
     loaders = [
         RowLoader(AgendaProgress, "moved"),
         RowLoader(Execution, "started"),
@@ -266,7 +268,7 @@ def _claim_statement(vendor: str) -> tuple[str, list[RowLoader]]:
         operations=pulled_operations_sql("moved.id"),
         entering=entry_sql(S.EXECUTING, table="p", now_parameter="now"),
     )
-    return sql, loaders
+    return compact_statement(sql), loaders
 
 
 def _queue_claim_postgresql(

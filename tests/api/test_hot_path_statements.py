@@ -12,6 +12,7 @@ from django.db import connection
 from django.test.utils import CaptureQueriesContext
 
 from agendas.models import AgendaProgress, OperationProgress
+from core.statement_text import STATEMENT_CACHE_LENGTH, STATEMENT_CACHE_PARAMETERS
 from scheduling.fill import insight_fill
 from scheduling.models import QueuedAgenda
 from scheduling.pull import insight_pull
@@ -193,3 +194,57 @@ def test_a_fill_moving_10_sends_6_statements(insight, submit_ready):
 
     assert result.moved == 10
     _assert_statements(captured, 6)
+
+
+def test_every_statement_of_the_hot_paths_fits_the_drivers_statement_cache(
+    client, insight, operations, pull_client
+):
+    """psycopg converts a statement's placeholders once per text only up to its cache's limits
+    (core.statement_text); a statement over them is converted again on every run. Bulk
+    submit, a pull that fills inline, a batch report: every text and parameter count within."""
+    sent = []
+
+    def record(execute, sql, params, many, context):
+        sent.append((sql, [] if many or params is None else params))
+        return execute(sql, params, many, context)
+
+    insight.queue_size = 10
+    insight.save(update_fields=["queue_size"])
+    with connection.execute_wrapper(record):
+        client.post(
+            "/api/v1/agendas/bulk/", {"agendas": [{"operations": operations}] * 30}, format="json"
+        )
+        insight_fill(insight_id=insight.pk)
+        _pull(pull_client, insight)
+        pulled = _pull(pull_client, insight)  # the queue is drained: it fills inline
+        response = pull_client.post(
+            "/api/v1/executions/report/",
+            {
+                "reports": [
+                    {
+                        "execution": item["execution"]["id"],
+                        "lease_token": item["execution"]["lease_token"],
+                        "state": "succeeded",
+                    }
+                    for item in pulled
+                ]
+            },
+            format="json",
+        )
+
+    assert len(pulled) == 10 and response.status_code == 200, response.content[:300]
+    too_long = [
+        f"{len(sql.encode())} characters, {len(params)} parameters: {' '.join(sql.split()[:8])}"
+        for sql, params in sent
+        if len(sql.encode()) > STATEMENT_CACHE_LENGTH or len(params) > STATEMENT_CACHE_PARAMETERS
+    ]
+    assert len(sent) > 20 and not too_long, "\n".join(too_long)
+
+
+def test_the_statement_cache_limits_are_psycopgs_own():
+    from psycopg import _queries
+
+    assert (STATEMENT_CACHE_LENGTH, STATEMENT_CACHE_PARAMETERS) == (
+        _queries.MAX_CACHED_STATEMENT_LENGTH,
+        _queries.MAX_CACHED_STATEMENT_PARAMS,
+    )

@@ -1,0 +1,37 @@
+"""compact_statement: whitespace out of hand-written SQL, quoted text kept as written."""
+
+import pytest
+
+from core.statement_text import compact_statement
+
+
+def test_runs_of_whitespace_become_one_space_and_the_ends_are_stripped():
+    sql = "\nSELECT a,\n       b\n  FROM t\tWHERE x = %(x)s\n"
+
+    assert compact_statement(sql) == "SELECT a, b FROM t WHERE x = %(x)s"
+
+
+def test_quoted_literals_and_identifiers_keep_their_whitespace():
+    sql = "SELECT  '[]'::jsonb,  'two  spaces\n and ''a quote''' AS \"odd   name\"  FROM  t"
+
+    assert compact_statement(sql) == (
+        "SELECT '[]'::jsonb, 'two  spaces\n and ''a quote''' AS \"odd   name\" FROM t"
+    )
+
+
+@pytest.mark.parametrize(
+    "sql",
+    [
+        "SELECT 1 -- a comment\nFROM t",
+        "SELECT 1 /* a comment */ FROM t",
+        "SELECT $$ a  body $$",
+        "SELECT $tag$ a  body $tag$",
+    ],
+)
+def test_a_comment_or_a_dollar_quote_is_refused_rather_than_moved(sql):
+    with pytest.raises(ValueError, match="comments and dollar quotes"):
+        compact_statement(sql)
+
+
+def test_a_dash_or_dollar_inside_quotes_is_only_text():
+    assert compact_statement("SELECT  '--'  ,  '$$'") == "SELECT '--' , '$$'"
