@@ -20,17 +20,22 @@ STATEMENT_CACHE_PARAMETERS = 50
 _QUOTED = re.compile(r"""('(?:[^']|'')*'|"(?:[^"]|"")*")""")
 _WHITESPACE = re.compile(r"\s+")
 _DOLLAR_QUOTE = re.compile(r"\$\w*\$")
+_ESCAPE = re.compile(r"(?<!\w)[eE]\Z")  # code that ends where an E'…' string starts
 
 
 def compact_statement(sql: str) -> str:
     """`sql` with every run of whitespace outside quotes made one space, ends stripped.
 
-    Refuses (ValueError) a text with a comment or a dollar quote outside quotes: a `--`
-    comment runs to the end of its line, which compaction would move, and a dollar-quoted
-    body would be compacted as if it were code."""
+    Refuses (ValueError) a text with a comment, a dollar quote or an escape string (`E'…'`)
+    outside quotes: a `--` comment runs to the end of its line, which compaction would move,
+    a dollar-quoted body would be compacted as if it were code, and an escape string's `\'`
+    does not end it, which the quote matching here does not know."""
     parts = _QUOTED.split(sql)
-    for code in parts[::2]:
-        if "--" in code or "/*" in code or _DOLLAR_QUOTE.search(code):
-            raise ValueError("compact_statement: comments and dollar quotes are not handled")
+    for number, code in enumerate(parts[::2]):
+        escape = number < len(parts) // 2 and _ESCAPE.search(code)  # a quote follows
+        if "--" in code or "/*" in code or _DOLLAR_QUOTE.search(code) or escape:
+            raise ValueError(
+                "compact_statement: comments, dollar quotes and escape strings are not handled"
+            )
     parts[::2] = [_WHITESPACE.sub(" ", code) for code in parts[::2]]
     return "".join(parts).strip()

@@ -26,12 +26,18 @@ def test_quoted_literals_and_identifiers_keep_their_whitespace():
         "SELECT 1 /* a comment */ FROM t",
         "SELECT $$ a  body $$",
         "SELECT $tag$ a  body $tag$",
+        "SELECT E'it\\'s  here'",
     ],
 )
-def test_a_comment_or_a_dollar_quote_is_refused_rather_than_moved(sql):
-    with pytest.raises(ValueError, match="comments and dollar quotes"):
+def test_a_comment_a_dollar_quote_or_an_escape_string_is_refused_rather_than_changed(sql):
+    with pytest.raises(ValueError, match="comments, dollar quotes and escape strings"):
         compact_statement(sql)
 
 
 def test_a_dash_or_dollar_inside_quotes_is_only_text():
     assert compact_statement("SELECT  '--'  ,  '$$'") == "SELECT '--' , '$$'"
+
+
+def test_a_name_ending_in_e_before_a_literal_is_not_an_escape_string():
+    assert compact_statement("SELECT  note  =  'x'") == "SELECT note = 'x'"
+    assert compact_statement("SELECT e.id FROM t e\n") == "SELECT e.id FROM t e"
