@@ -1,5 +1,6 @@
 """Shared fixtures: a pool with an insight, customers, principals per role, API clients."""
 
+import time
 from dataclasses import dataclass
 
 import pytest
@@ -39,6 +40,18 @@ def _no_fill_nudge_thread_left():
     """No test leaves the trailing fill-nudge thread, and its database connection, behind."""
     yield
     states.fill_nudges_cancel()
+
+
+@pytest.fixture(autouse=True)
+def _throttle_windows_stand_still(monkeypatch):
+    """Every test's requests fall in one throttle window. The throttles count per fixed window
+    (core/throttling.py), so a test of a limit whose requests straddled a window's edge counted
+    them in two windows and saw no 429 (it happened on a clean clone, 2026-11-28). The clock
+    the throttles read stands still mid-minute; a test that moves it sets its own."""
+    from core.throttling import WindowCountThrottle
+
+    frozen = time.time() // 60 * 60 + 30
+    monkeypatch.setattr(WindowCountThrottle, "timer", staticmethod(lambda: frozen))
 
 
 @dataclass
