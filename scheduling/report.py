@@ -20,6 +20,7 @@ from agendas.states import InvalidTransition, S
 from agendas.states.operation_rows import operations_of_progress
 from core.errors import refusal_status, validation_messages
 from core.rows import RowLoader, load_row, relate_one_way, select_list
+from core.statement_text import among
 from resourcepools.models import Customer, Insight
 from scheduling import metrics
 from scheduling.locks import database_is_postgresql
@@ -318,6 +319,7 @@ def _lock_current(execution_ids: list) -> dict[object, tuple[AgendaProgress, Exe
     elif connection.features.has_select_for_update:
         lock = "FOR UPDATE"
     prepare = Execution._meta.pk.get_db_prep_value
+    listed, parameters = among([prepare(pk, connection) for pk in execution_ids])
     sql = (
         f"SELECT {select_list(loaders)} "
         f"FROM {table[Execution]} e "
@@ -325,10 +327,10 @@ def _lock_current(execution_ids: list) -> dict[object, tuple[AgendaProgress, Exe
         f"JOIN {table[Agenda]} a ON a.id = e.agenda_id "
         f"JOIN {table[Customer]} c ON c.id = a.customer_id "
         f"JOIN {table[Insight]} i ON i.id = a.insight_id "
-        f"WHERE e.id IN ({', '.join(['%s'] * len(execution_ids))}) ORDER BY e.id {lock}"
+        f"WHERE e.id {listed} ORDER BY e.id {lock}"
     )
     with connection.cursor() as cursor:
-        cursor.execute(sql, [prepare(pk, connection) for pk in execution_ids])
+        cursor.execute(sql, parameters)
         rows = cursor.fetchall()
     locked = {}
     for row in rows:

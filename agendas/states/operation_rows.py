@@ -17,6 +17,7 @@ from django.db import connection, models
 
 from agendas.models import OperationProgress
 from core.rows import RowLoader
+from core.statement_text import among
 
 
 def operations_of_progress(progress_ids: Iterable[object]) -> list[OperationProgress]:
@@ -26,16 +27,16 @@ def operations_of_progress(progress_ids: Iterable[object]) -> list[OperationProg
         return []
     loader, select, order = _operations_query(connection.vendor)
     prepare = OperationProgress._meta.get_field("agenda_progress").get_db_prep_value
-    sql = f"{select} IN ({', '.join(['%s'] * len(ids))}) {order}"
+    listed, parameters = among([prepare(pk, connection) for pk in ids])
     with connection.cursor() as cursor:
-        cursor.execute(sql, [prepare(pk, connection) for pk in ids])
+        cursor.execute(f"{select} {listed} {order}", parameters)
         rows = cursor.fetchall()
     return [loader.load(list(row)) for row in rows]
 
 
 @functools.cache
 def _operations_query(vendor: str) -> tuple[RowLoader, str, str]:
-    """The loader, the statement up to its `IN (…)` and its ORDER BY."""
+    """The loader, the statement up to its list of progress ids, and its ORDER BY."""
     loader = RowLoader(OperationProgress, "o")
     quote = connection.ops.quote_name
     table = quote(OperationProgress._meta.db_table)
