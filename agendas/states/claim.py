@@ -16,7 +16,7 @@ from agendas.queue_models import QueuedAgenda, ReadyAgenda
 from agendas.states.machine import S, callback_enqueue, entry_sql, entry_update
 from agendas.states.operation_rows import pulled_operations_load, pulled_operations_sql
 from core.rows import RowLoader, load_row, relate_one_way, select_list
-from core.statement_text import compact_statement
+from core.statement_text import among, compact_statement
 from resourcepools.models import Customer, Insight
 
 
@@ -353,12 +353,9 @@ def _queue_claim_portable(
     if not wanted:
         return []
     table = connection.ops.quote_name(QueuedAgenda._meta.db_table)
+    listed, parameters = among(wanted)
     with connection.cursor() as cursor:
-        cursor.execute(
-            f"DELETE FROM {table} WHERE id IN ({', '.join(['%s'] * len(wanted))}) "
-            "RETURNING agenda_id",
-            wanted,
-        )
+        cursor.execute(f"DELETE FROM {table} WHERE id {listed} RETURNING agenda_id", parameters)
         claimed = {uuid.UUID(str(agenda_id)) for (agenda_id,) in cursor.fetchall()}
     ordered = [progresses[agenda_id] for _, agenda_id in rows if agenda_id in claimed]
     executions = executions_start(
