@@ -12,6 +12,7 @@ from typing import Any, Self
 import httpx
 
 from popclient import __version__
+from popclient.direct_http import direct_connections
 from popclient.errors import (
     Conflict,
     Forbidden,
@@ -189,6 +190,7 @@ class ApiSession:
         self.backoff = backoff
         self.max_backoff = max_backoff
         self._sleep = sleep
+        default_headers = {"User-Agent": f"popclient/{__version__}", "Accept": "application/json"}
         self._http = httpx.Client(
             base_url=base,
             timeout=timeout,
@@ -199,10 +201,19 @@ class ApiSession:
                 max_keepalive_connections=20,
                 keepalive_expiry=keepalive_seconds,
             ),
-            headers={"User-Agent": f"popclient/{__version__}", "Accept": "application/json"},
+            headers=default_headers,
+        )
+        # The API's calls go straight to the server where they can (popclient/direct_http.py);
+        # a transport of the caller's carries every call.
+        self._direct = (
+            direct_connections(base, headers=default_headers, keepalive_seconds=keepalive_seconds)
+            if transport is None
+            else None
         )
 
     def close(self) -> None:
+        if self._direct is not None:
+            self._direct.close()
         self._http.close()
 
     def __enter__(self) -> Self:
@@ -247,17 +258,29 @@ class ApiSession:
         if headers:
             send_headers.update(headers)
         query = without_none(params or {})
+        direct = self._direct if not url.startswith(("http://", "https://")) else None
+        encoded_query = str(httpx.QueryParams(query)) if direct and query else ""
         attempt = 0
         while True:
             try:
-                response = self._http.request(
-                    method,
-                    url,
-                    json=json,
-                    params=query or None,
-                    headers=send_headers,
-                    timeout=timeout if timeout is not None else self.timeout,
-                )
+                if direct is not None:
+                    response = direct.send(
+                        method,
+                        url,
+                        json_body=json,
+                        query=encoded_query,
+                        headers=send_headers,
+                        timeout=timeout if timeout is not None else self.timeout,
+                    )
+                else:
+                    response = self._http.request(
+                        method,
+                        url,
+                        json=json,
+                        params=query or None,
+                        headers=send_headers,
+                        timeout=timeout if timeout is not None else self.timeout,
+                    )
             except httpx.TransportError as exc:
                 repeatable = isinstance(exc, _NOT_SENT) or idempotent
                 if repeatable and attempt < self.retries:
