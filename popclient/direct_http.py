@@ -181,11 +181,17 @@ class DirectConnections:
 
 def _quiet(connection: http.client.HTTPConnection) -> bool:
     """Nothing has arrived on the idle connection: a close from the server (or anything
-    else it wrote between calls) makes it readable, and it must not carry the next call."""
+    else it wrote between calls) makes it readable, and it must not carry the next call.
+    `poll` where there is one: `select` refuses a descriptor past FD_SETSIZE (1,024), which a
+    worker with many files open reaches."""
     sock = connection.sock
     if sock is None:
         return False
     try:
+        if hasattr(select, "poll"):
+            poller = select.poll()
+            poller.register(sock, select.POLLIN)
+            return not poller.poll(0)
         readable, _, _ = select.select([sock], [], [], 0)
     except (OSError, ValueError):
         return False

@@ -253,3 +253,28 @@ def test_tls_trusts_what_httpx_trusts(tls_server, monkeypatch):
         assert session.request("GET", "agendas/") == {"method": "GET"}
     assert len({call["peer"] for call in seen}) == 1
     assert os.environ["SSL_CERT_FILE"] == str(cert)
+
+
+def test_a_connection_past_descriptor_1024_is_still_kept_and_reused(server):
+    # `select` refuses descriptors past FD_SETSIZE; a worker with many files open gets its
+    # connections there, and must not open a new one for every call.
+    import resource
+
+    soft, hard = resource.getrlimit(resource.RLIMIT_NOFILE)
+    wanted = 1200
+    if hard != resource.RLIM_INFINITY and hard < wanted:
+        pytest.skip(f"the descriptor limit here is {hard}")
+    resource.setrlimit(resource.RLIMIT_NOFILE, (max(soft, wanted), hard))
+    held = []
+    try:
+        while len(held) < 1100:
+            held.append(os.open(os.devnull, os.O_RDONLY))
+        with ApiSession(server.url, "t", retries=0) as session:
+            for _ in range(3):
+                assert session.request("POST", "agendas/", json={}) == {"method": "POST"}
+            assert session._direct._idle[0][0].sock.fileno() > 1024
+    finally:
+        for descriptor in held:
+            os.close(descriptor)
+        resource.setrlimit(resource.RLIMIT_NOFILE, (soft, hard))
+    assert len({call["peer"] for call in server.seen}) == 1
