@@ -5,7 +5,7 @@
 Each size gets its own database, built by bench.history_world (what it holds: its docstring).
 
 Requests run in-process with Django's test client against the bench database: one warm-up,
-then the median of 3 (a request slower than 2 s is timed once), statements counted with
+then the better of two runs (a request slower than 2 s is timed once), statements counted with
 CaptureQueriesContext. Deep pages sit halfway down what the principal sees (500,000 rows deep
 for staff at 1M): a cursor built as DRF builds it (`p=<created_at of that row>`), and the same
 depth by offset, which is refused (400) past 10,000 by design.
