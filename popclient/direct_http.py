@@ -6,20 +6,28 @@ flows, then httpcore's pool and the h11 state machine): a POP call of 10 reports
 of the client's CPU through `httpx.Client`, against 0.64 ms through `http.client` on the same
 connection (bench/RESULTS.md, twenty-second session). A worker pays it on every pull and
 report, on the machine that runs the work. So a session sends its calls to its own server
-here, and keeps httpx for everything else: a transport of the caller's (the tests' and the
-CLI's), a proxy named by the environment, an absolute URL (a list's next page), a base URL
-with credentials in it.
+here, and keeps httpx for everything else: a transport of the caller's (the tests' mock and
+in-process transports), a proxy named by the environment, an absolute URL (a list's next
+page), a base URL with credentials in it.
 
 What httpx gave these calls is kept:
 - the same TLS context for `https` (`httpx.create_ssl_context()`: certifi's bundle, or
-  SSL_CERT_FILE / SSL_CERT_DIR);
-- the same body (`json.dumps` as httpx writes it) and the same answer (an `httpx.Response`);
+  SSL_CERT_FILE / SSL_CERT_DIR), the host name checked against the certificate;
+- the same body (`json.dumps` as httpx writes it), header values refused unless ASCII without
+  line breaks, and the same answer (an `httpx.Response` with the server's reason phrase);
 - the same failures, as httpx's exceptions: a connection that could not be opened is a
   `ConnectError`/`ConnectTimeout` (never sent: always safe to repeat); one that broke or
-  timed out after the call was written is a `ReadError`/`WriteError`/`ReadTimeout`/
-  `RemoteProtocolError` (maybe sent: repeated only when idempotent);
+  timed out after the call was written is a `ReadError`/`ReadTimeout`/`RemoteProtocolError`
+  (maybe sent: repeated only when idempotent); an answer the server sent before it stopped
+  reading the call (a 413 for a body too large) is returned, as httpcore returns it;
 - no connection idle longer than `keepalive_seconds` carries a call, nor one the server has
-  closed or written to while it sat idle (popclient/transport.py, KEEPALIVE_EXPIRY_SECONDS).
+  closed or written to while it sat idle (popclient/transport.py, KEEPALIVE_EXPIRY_SECONDS);
+  a closed session sends nothing more.
+
+Not kept (docs/decisions.md, "popclient sends its API calls over `http.client`"): cookies,
+compressed answers (`Accept-Encoding: identity`), a query written into the path (the path is
+percent-encoded whole), the answer's `.request`, and a cap on connections open at once (one
+per thread calling; at most MAX_IDLE_CONNECTIONS are kept idle).
 """
 
 from __future__ import annotations
@@ -39,7 +47,8 @@ import httpx
 
 MAX_IDLE_CONNECTIONS = 20  # httpx's default max_keepalive_connections
 # What a path may carry unquoted (RFC 3986's pchar, "/", and "%" of what is quoted already):
-# anything else in a path (a space or a "?" in an id) is percent-encoded, as httpx encodes it.
+# anything else is percent-encoded, as httpx encodes a space or a non-ASCII letter; unlike
+# httpx, a "?" or "#" (in an id) and `[]|^\` are encoded too, so they stay in the path.
 PATH_SAFE = "/%:@!$&'()*+,;=-._~"
 
 
@@ -62,7 +71,8 @@ def direct_connections(
     return DirectConnections(
         scheme=parts.scheme,
         host=parts.hostname,
-        port=parts.port,
+        # Named, not left to http.client: it would read an IPv6 address's last ":n" as one.
+        port=parts.port or (443 if parts.scheme == "https" else 80),
         prefix=parts.path.rstrip("/"),
         headers=headers,
         keepalive_seconds=keepalive_seconds,
@@ -78,7 +88,7 @@ class DirectConnections:
         *,
         scheme: str,
         host: str,
-        port: int | None,
+        port: int,
         prefix: str,
         headers: Mapping[str, str],
         keepalive_seconds: float,
@@ -94,9 +104,12 @@ class DirectConnections:
         )
         self._idle: list[tuple[http.client.HTTPConnection, float]] = []
         self._lock = threading.Lock()
+        self._closed = False
 
     def close(self) -> None:
+        """Close the idle connections; one carrying a call is closed when its answer is in."""
         with self._lock:
+            self._closed = True
             idle, self._idle = self._idle, []
         for connection, _ in idle:
             connection.close()
@@ -113,7 +126,13 @@ class DirectConnections:
     ) -> httpx.Response:
         """One call to `target` (a path from the server's root, below the base URL's own
         path); the answer read whole."""
+        if self._closed:
+            raise RuntimeError("Cannot send a request, as the client has been closed.")
         sent_headers = {**self.headers, **headers}
+        for value in sent_headers.values():
+            if not value.isascii() or "\r" in value or "\n" in value:
+                # httpx refuses these too (a str header value must be ASCII).
+                raise httpx.LocalProtocolError(f"Invalid header value {value!r}")
         body = None
         if json_body is not None:
             body = json.dumps(
@@ -125,23 +144,21 @@ class DirectConnections:
         path = quote(self.prefix + target, safe=PATH_SAFE) + (f"?{query}" if query else "")
         connection = self._take(timeout)
         try:
-            connection.request(method, path, body=body, headers=sent_headers)
-            answer = connection.getresponse()
-            content = answer.read()
-        except TimeoutError as exc:
+            answer, content = _exchange(connection, method, path, body, sent_headers)
+        except BaseException:
             connection.close()
-            raise httpx.ReadTimeout(f"{exc}") from exc
-        except http.client.HTTPException as exc:
-            connection.close()
-            raise httpx.RemoteProtocolError(f"{exc.__class__.__name__}: {exc}") from exc
-        except OSError as exc:
-            connection.close()
-            raise httpx.ReadError(f"{exc.__class__.__name__}: {exc}") from exc
+            raise
         if answer.will_close:
             connection.close()
         else:
             self._give_back(connection)
-        return httpx.Response(answer.status, headers=answer.getheaders(), content=content)
+        return httpx.Response(
+            answer.status,
+            # As http.client read them (latin-1), back to the bytes the server sent.
+            headers=[(k.encode("latin-1"), v.encode("latin-1")) for k, v in answer.getheaders()],
+            content=content,
+            extensions={"reason_phrase": answer.reason.encode("latin-1", "replace")},
+        )
 
     def _take(self, timeout: float) -> http.client.HTTPConnection:
         """An idle connection fit to carry a call, or a new one, connected."""
@@ -173,10 +190,45 @@ class DirectConnections:
 
     def _give_back(self, connection: http.client.HTTPConnection) -> None:
         with self._lock:
-            if len(self._idle) < MAX_IDLE_CONNECTIONS:
+            if not self._closed and len(self._idle) < MAX_IDLE_CONNECTIONS:
                 self._idle.append((connection, time.monotonic()))
                 return
         connection.close()
+
+
+def _exchange(
+    connection: http.client.HTTPConnection,
+    method: str,
+    path: str,
+    body: bytes | None,
+    headers: Mapping[str, str],
+) -> tuple[http.client.HTTPResponse, bytes]:
+    """Write the call and read its answer whole. A write that fails may be a server that
+    answered early and stopped reading (a 413 before the body): its answer is read if it is
+    there, and the connection is not kept; otherwise the failure is the write's."""
+    try:
+        connection.request(method, path, body=body, headers=headers)
+    except TimeoutError as exc:
+        raise httpx.WriteTimeout(f"{exc}") from exc
+    except ValueError as exc:  # what http.client refuses to write
+        raise httpx.LocalProtocolError(f"{exc}") from exc
+    except OSError as exc:
+        try:
+            answer = connection.getresponse()
+            content = answer.read()
+        except (OSError, http.client.HTTPException):
+            raise httpx.WriteError(f"{exc.__class__.__name__}: {exc}") from exc
+        answer.will_close = True
+        return answer, content
+    try:
+        answer = connection.getresponse()
+        return answer, answer.read()
+    except TimeoutError as exc:
+        raise httpx.ReadTimeout(f"{exc}") from exc
+    except http.client.HTTPException as exc:
+        raise httpx.RemoteProtocolError(f"{exc.__class__.__name__}: {exc}") from exc
+    except OSError as exc:
+        raise httpx.ReadError(f"{exc.__class__.__name__}: {exc}") from exc
 
 
 def _quiet(connection: http.client.HTTPConnection) -> bool:

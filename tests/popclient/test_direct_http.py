@@ -1,7 +1,7 @@
 """The session sends its API calls straight to the server over `http.client`
-(popclient/direct_http.py) and keeps httpx's behaviour: the same requests on the wire, the same
-answers and typed errors, connections kept and retired the same way, the same TLS trust, and
-httpx itself wherever a proxy or a transport of the caller's is in play."""
+(popclient/direct_http.py) and keeps what httpx gave them: the same bodies, headers and query
+on the wire, the same answers and typed errors, connections kept and retired the same way, the
+same TLS trust, and httpx itself wherever a proxy or a transport of the caller's is in play."""
 
 import http.server
 import json
@@ -16,7 +16,8 @@ from pathlib import Path
 import httpx
 import pytest
 
-from popclient.errors import NotFound, TransportError
+from popclient.direct_http import direct_connections
+from popclient.errors import NotFound, PayloadTooLarge, PopError, TransportError
 from popclient.transport import ApiSession
 
 
@@ -29,6 +30,8 @@ class Recorder(http.server.BaseHTTPRequestHandler):
     seen: list  # set per server
 
     def _answer(self) -> None:
+        if self.path.startswith("/api/v1/too-large/"):
+            return self._refuse_unread()
         length = int(self.headers.get("Content-Length") or 0)
         body = self.rfile.read(length) if length else b""
         self.seen.append(
@@ -40,6 +43,14 @@ class Recorder(http.server.BaseHTTPRequestHandler):
                 "peer": self.client_address[1],
             }
         )
+        if self.path.startswith("/api/v1/slow/"):
+            time.sleep(0.5)
+        if self.path.startswith("/api/v1/odd/"):
+            self.send_response(418, "Custom Reason")
+            self.send_header("X-Note", "caf\xe9")
+            self.send_header("Content-Length", "0")
+            self.end_headers()
+            return
         if self.path.startswith("/api/v1/then-close/"):
             self.close_connection = True  # after this answer, which does not say so
         if self.path.startswith("/api/v1/hang-up/"):
@@ -56,6 +67,20 @@ class Recorder(http.server.BaseHTTPRequestHandler):
         self.send_header("X-POP-CID", "cid-from-server")
         self.end_headers()
         self.wfile.write(answer)
+
+    def _refuse_unread(self) -> None:
+        """A 413 on the headers alone, the body left unread, then the connection dropped."""
+        self.seen.append({"method": self.command, "path": self.path, "peer": 0})
+        answer = b'{"detail": "Request body over 1 MiB."}'
+        self.send_response(413)
+        self.send_header("Content-Type", "application/json")
+        self.send_header("Content-Length", str(len(answer)))
+        self.send_header("Connection", "close")
+        self.end_headers()
+        self.wfile.write(answer)
+        self.wfile.flush()
+        self.close_connection = True
+        self.connection.shutdown(socket.SHUT_RDWR)
 
     do_GET = do_POST = do_PATCH = do_DELETE = _answer
 
@@ -114,15 +139,94 @@ def test_calls_travel_on_one_kept_connection_with_the_body_and_headers_httpx_wou
     assert len({call["peer"] for call in server.seen}) == 1  # one connection carried all three
 
 
-def test_a_path_is_percent_encoded_as_httpx_encodes_it(server):
+def test_a_path_is_percent_encoded_whole(server):
     with ApiSession(server.url, "t") as session:
         with pytest.raises(NotFound):
             session.request("GET", "missing/a b/é/")
         assert session.request("GET", "agendas/a?b/") == {"method": "GET"}
     assert [call["path"] for call in server.seen[-2:]] == [
         "/api/v1/missing/a%20b/%C3%A9/",
-        "/api/v1/agendas/a%3Fb/",  # a "?" in a path segment stays in the path
+        "/api/v1/agendas/a%3Fb/",  # a "?" in an id stays in the path (httpx starts a query)
     ]
+
+
+def test_an_ipv6_address_without_a_port_gets_its_schemes_port():
+    plain = direct_connections("http://[::1]", headers={}, keepalive_seconds=1)
+    secure = direct_connections("https://[2001:db8::abcd]/pop", headers={}, keepalive_seconds=1)
+    assert (plain.host, plain.port) == ("::1", 80)
+    assert (secure.host, secure.port, secure.prefix) == ("2001:db8::abcd", 443, "/pop")
+
+
+def test_a_server_on_an_ipv6_address_is_reached():
+    server_v6 = type("ServerV6", (http.server.ThreadingHTTPServer,), {})
+    server_v6.address_family = socket.AF_INET6
+    try:
+        running = server_v6(("::1", 0), Recorder)
+    except OSError:
+        pytest.skip("no IPv6 loopback here")
+    running.daemon_threads = True
+    Recorder.seen = []
+    threading.Thread(target=running.serve_forever, daemon=True).start()
+    try:
+        with ApiSession(f"http://[::1]:{running.server_address[1]}", "t") as session:
+            assert session.request("POST", "agendas/", json={}) == {"method": "POST"}
+    finally:
+        running.shutdown()
+        running.server_close()
+
+
+def test_an_answer_with_latin_1_headers_and_its_own_reason_is_read_as_httpx_reads_it(server):
+    with ApiSession(server.url, "t", retries=0) as session:
+        with pytest.raises(PopError) as raised:
+            session.request("GET", "odd/")
+    assert raised.value.status_code == 418
+    assert str(raised.value).startswith("Custom Reason (HTTP 418)")
+
+
+def test_an_answer_sent_before_the_body_was_read_is_the_answer(server):
+    # A server that refuses on the headers and drops the connection: the write fails, the
+    # 413 is there to read, and it is what the call gets (httpcore reads it too).
+    waits: list[float] = []
+    with ApiSession(server.url, "t", retries=3, sleep=waits.append) as session:
+        with pytest.raises(PayloadTooLarge):
+            session.request("POST", "too-large/", json={"x": "y" * 8_000_000}, idempotent=True)
+    assert (len(server.seen), waits) == (1, [])
+
+
+def test_a_call_whose_answer_is_late_times_out_and_a_post_is_not_repeated(server):
+    waits: list[float] = []
+    with ApiSession(server.url, "t", retries=2, sleep=waits.append) as session:
+        with pytest.raises(TransportError, match="ReadTimeout"):
+            session.request("POST", "slow/", json={}, timeout=0.2)
+    assert (len(server.seen), waits) == (1, [])
+
+
+def test_a_kept_connection_takes_the_timeout_of_the_call_it_carries(server):
+    with ApiSession(server.url, "t", retries=0) as session:
+        session.request("GET", "agendas/", timeout=0.2)
+        # A long poll after a short call, on the same connection: its own timeout holds.
+        assert session.request("POST", "slow/", json={}, timeout=2) == {"method": "POST"}
+    assert len({call["peer"] for call in server.seen}) == 1
+
+
+def test_a_header_httpx_would_refuse_is_refused_before_anything_is_sent(server):
+    with ApiSession(server.url, "t", retries=2, cid="bad\r\nX-Injected: 1") as session:
+        with pytest.raises(TransportError, match="Invalid header value"):
+            session.request("POST", "agendas/", json={})
+        with pytest.raises(TransportError, match="Invalid header value"):
+            session.request("POST", "agendas/", json={}, cid="caf\xe9")
+        assert session.request("POST", "agendas/", json={}, cid="fine") == {"method": "POST"}
+        assert len(session._direct._idle) == 1  # nothing left open beside the kept one
+    assert [call["headers"]["x-pop-cid"] for call in server.seen] == ["fine"]
+
+
+def test_a_closed_session_sends_nothing(server):
+    session = ApiSession(server.url, "t")
+    session.request("GET", "agendas/")
+    session.close()
+    with pytest.raises(RuntimeError, match="closed"):
+        session.request("GET", "agendas/")
+    assert len(server.seen) == 1
 
 
 def test_a_base_url_with_a_path_keeps_its_prefix(server):
@@ -253,6 +357,10 @@ def test_tls_trusts_what_httpx_trusts(tls_server, monkeypatch):
         assert session.request("GET", "agendas/") == {"method": "GET"}
     assert len({call["peer"] for call in seen}) == 1
     assert os.environ["SSL_CERT_FILE"] == str(cert)
+    # The certificate names 127.0.0.1, not localhost: the host name is checked too.
+    with ApiSession(url.replace("127.0.0.1", "localhost"), "t", retries=0) as session:
+        with pytest.raises(TransportError, match="CERTIFICATE_VERIFY_FAILED"):
+            session.request("GET", "agendas/")
 
 
 def test_a_connection_past_descriptor_1024_is_still_kept_and_reused(server):

@@ -99,6 +99,7 @@ def test_a_call_after_an_idle_second_goes_on_a_new_connection_and_is_answered(se
     assert KEEPALIVE_EXPIRY_SECONDS < IDLE_BETWEEN_CALLS
     assert SERVER_KEEPALIVE - LATE_BY < IDLE_BETWEEN_CALLS < SERVER_KEEPALIVE
     with ApiSession(server.url, "secret-token", retries=0) as session:
+        assert session._direct is not None  # the calls' own path (popclient/direct_http.py)
         assert _two_posts_apart(session) == [{"ok": True}, {"ok": True}]
     assert server.connections == 2
 
