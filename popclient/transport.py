@@ -247,9 +247,8 @@ class ApiSession:
         method = method.upper()
         if idempotent is None:
             idempotent = method in _IDEMPOTENT_METHODS
-        url = (
-            path if path.startswith(("http://", "https://")) else f"{API_PREFIX}/{path.lstrip('/')}"
-        )
+        absolute = path.startswith(("http://", "https://"))
+        url = path if absolute else f"{API_PREFIX}/{path.lstrip('/')}"
         send_headers: dict[str, str] = {}
         if authenticated and self.token:
             send_headers["Authorization"] = f"Token {self.token}"
@@ -258,7 +257,7 @@ class ApiSession:
         if headers:
             send_headers.update(headers)
         query = without_none(params or {})
-        direct = self._direct if not url.startswith(("http://", "https://")) else None
+        direct = None if absolute else self._direct  # an absolute URL is httpx's to send
         encoded_query = str(httpx.QueryParams(query)) if direct and query else ""
         attempt = 0
         while True:

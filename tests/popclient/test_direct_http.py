@@ -85,7 +85,7 @@ class Recorder(http.server.BaseHTTPRequestHandler):
     do_GET = do_POST = do_PATCH = do_DELETE = _answer
 
     def log_message(self, *args) -> None:
-        pass
+        """Silent: the tests read what the server saw (`seen`), not its log."""
 
 
 @pytest.fixture
@@ -386,3 +386,12 @@ def test_a_connection_past_descriptor_1024_is_still_kept_and_reused(server):
             os.close(descriptor)
         resource.setrlimit(resource.RLIMIT_NOFILE, (soft, hard))
     assert len({call["peer"] for call in server.seen}) == 1
+
+
+def test_an_absolute_url_a_next_page_is_sent_by_httpx_with_its_query(server):
+    with ApiSession(server.url, "t") as session:
+        assert session.request("GET", f"{server.url}/api/v1/agendas/?cursor=abc") == {
+            "method": "GET"
+        }
+    # Percent-encoded whole, the "?" would have reached the server as %3F.
+    assert server.seen[0]["path"] == "/api/v1/agendas/?cursor=abc"
