@@ -37,7 +37,7 @@ def fill_nudged_until(deadline: float) -> int:
     if fill_nudge_mode() != "notify":
         _sleep_until(deadline)
         return 0
-    interval = float(getattr(settings, "POP_FILL_LISTEN_INTERVAL", 0.1))
+    interval = float(getattr(settings, "POP_FILL_LISTEN_INTERVAL", 0.05))
     fills = 0
     try:
         listener = _listening_connection()
