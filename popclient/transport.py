@@ -259,6 +259,7 @@ class ApiSession:
         query = without_none(params or {})
         direct = None if absolute else self._direct  # an absolute URL is httpx's to send
         encoded_query = str(httpx.QueryParams(query)) if direct and query else ""
+        call_timeout = timeout if timeout is not None else self.timeout
         attempt = 0
         while True:
             try:
@@ -269,7 +270,7 @@ class ApiSession:
                         json_body=json,
                         query=encoded_query,
                         headers=send_headers,
-                        timeout=timeout if timeout is not None else self.timeout,
+                        timeout=call_timeout,
                     )
                 else:
                     response = self._http.request(
@@ -278,7 +279,7 @@ class ApiSession:
                         json=json,
                         params=query or None,
                         headers=send_headers,
-                        timeout=timeout if timeout is not None else self.timeout,
+                        timeout=call_timeout,
                     )
             except httpx.TransportError as exc:
                 repeatable = isinstance(exc, _NOT_SENT) or idempotent
