@@ -67,6 +67,11 @@ class InsightScheduleInfo(models.Model):
     next_position = models.BigIntegerField(default=1)
     last_fill_at = models.DateTimeField(null=True, blank=True)
     last_fill_count = models.PositiveIntegerField(default=0)
+    last_fill_queue_after = models.PositiveIntegerField(
+        default=0,
+        db_default=0,
+        help_text="The queue's length the last fill left (the next fill's pace).",
+    )
 
     class Meta:
         db_table = "scheduling_insightscheduleinfo"

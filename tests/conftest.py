@@ -42,6 +42,17 @@ def _no_fill_nudge_thread_left():
     states.fill_nudges_cancel()
 
 
+@pytest.fixture(scope="session", autouse=True)
+def _fills_without_pace():
+    """A fill's room is `queue_size − queued` (plus a pull's appetite) in every test but the
+    pace's own (tests/scheduling/test_fill_pace.py). The pace adds what pulls took since the
+    previous fill scaled by the wall-clock time between the two fills, so a test that fills,
+    pulls and fills again would move a number of rows that depends on how fast it ran. The
+    servers the live tests start run with the default pace."""
+    with override_settings(POP_FILL_PACE_SECONDS=0):
+        yield
+
+
 @pytest.fixture(autouse=True)
 def _throttle_windows_stand_still(monkeypatch):
     """Every test's requests fall in one throttle window. The throttles count per fixed window
