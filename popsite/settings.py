@@ -404,7 +404,7 @@ POP_FILL_NUDGE = env.str("POP_FILL_NUDGE", default="notify")
 # seconds; a nudge inside the window is filled at its end.
 POP_FILL_LISTEN_INTERVAL = env.float("POP_FILL_LISTEN_INTERVAL", default=0.05)
 # A fill adds to the queue's room what pulls took from it since the previous fill, at most
-# this many seconds of it at their rate (scheduling.fill.FillPace; 0: the room is queue_size).
+# this many seconds of it at their rate (scheduling.fill.fill_pace; 0: the room is queue_size).
 POP_FILL_PACE_SECONDS = env.float("POP_FILL_PACE_SECONDS", default=0.1)
 # At most one fill nudge per insight and process within this many seconds.
 POP_FILL_NUDGE_MIN_INTERVAL = env.float("POP_FILL_NUDGE_MIN_INTERVAL", default=0.02)

@@ -47,7 +47,7 @@ from scheduling.models import CustomerLane, InsightScheduleInfo, QueuedAgenda, R
 logger = logging.getLogger("pop.scheduling")
 
 
-# The most a fill's pace (`FillPace`) adds to its room, whatever the rate.
+# The most a fill's pace (`fill_pace`) adds to its room, whatever the rate.
 PACE_MAX_ROWS = 1000
 
 
@@ -59,27 +59,20 @@ class FillResult:
     skipped: bool = False  # another filler holds the insight's lock
 
 
-@dataclass(frozen=True)
-class FillPace:
-    """The insight's previous fill, as its schedule info recorded it: the queue's length that
-    fill left, and the seconds since it ran.
+def fill_pace(*, taken: int, seconds: float, pace_seconds: float) -> int:
+    """What a fill adds to its room for the `taken` rows pulls took from the queue in the
+    `seconds` since the previous fill: all of them, scaled down to `pace_seconds` of them at
+    the same rate when more time has passed, at most PACE_MAX_ROWS.
 
-    Only fills add queue rows, so the rows gone since then are what pulls took (or aborts
-    removed). A fill adds that many to its room, scaled down to `pace_seconds` of them at the
-    same rate when more time has passed: the queue then holds, beyond `queue_size`, about what
-    its pulls take before the next fill. Pulls that drain a short queue find it stocked
-    instead of each filling it inline in turn, while a slow insight's queue stays at
-    `queue_size` (docs/design.md §6.1, "Room")."""
-
-    queue_after: int
-    seconds: float
-
-    def appetite(self, queued: int, *, pace_seconds: float) -> int:
-        taken = max(self.queue_after - queued, 0)
-        if not taken or pace_seconds <= 0:
-            return 0
-        share = min(1.0, pace_seconds / self.seconds) if self.seconds > 0 else 1.0
-        return min(PACE_MAX_ROWS, math.floor(taken * share))
+    Only fills add queue rows, so the rows gone since the previous fill are what pulls took
+    (or aborts removed). The queue then holds, beyond `queue_size`, about what its pulls take
+    before the next fill: pulls that drain a short queue find it stocked instead of each
+    filling it inline in turn, while a slow insight's queue stays at `queue_size`
+    (docs/design.md §6.1, "Room")."""
+    if taken <= 0 or pace_seconds <= 0:
+        return 0
+    share = min(1.0, pace_seconds / seconds) if seconds > 0 else 1.0
+    return min(PACE_MAX_ROWS, math.floor(taken * share))
 
 
 def insight_fill(
@@ -101,7 +94,7 @@ def insight_fill(
     queue holds more than `queue_size` only until those pulls have claimed; one that asked
     fewer, or stopped waiting, leaves the rest to the next pulls (docs/design.md §6.3).
     The room also grows by what pulls took from the queue since the previous fill, at most
-    POP_FILL_PACE_SECONDS of it at their rate (`FillPace`).
+    POP_FILL_PACE_SECONDS of it at their rate (`fill_pace`).
 
     Takes the insight's advisory try-lock (a concurrent filler returns `skipped`; `locked`: the
     caller, a pull, already holds the lock in its transaction, which this one joins) and locks its
@@ -122,10 +115,11 @@ def insight_fill(
             return FillResult(insight_id=insight_id)  # deleted since the nudge, or paused
         appetite = max(appetite, 0) + waiting * max(appetite_per_waiting_pull, 0)
         if info.last_fill_at is not None:
-            appetite += FillPace(
-                queue_after=info.last_fill_queue_after,
+            appetite += fill_pace(
+                taken=info.last_fill_queue_after - queued,
                 seconds=(now - info.last_fill_at).total_seconds(),
-            ).appetite(queued, pace_seconds=settings.POP_FILL_PACE_SECONDS)
+                pace_seconds=settings.POP_FILL_PACE_SECONDS,
+            )
         room = _fill_room(insight, queued=queued, appetite=appetite)
         insight_bucket, insight_tokens = rate_limits.insight_tokens(insight, now=now)
         if insight_tokens < room:

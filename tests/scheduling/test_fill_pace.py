@@ -10,7 +10,7 @@ import pytest
 from django.utils import timezone
 
 from scheduling import fill as fill_service
-from scheduling.fill import PACE_MAX_ROWS, FillPace
+from scheduling.fill import PACE_MAX_ROWS, fill_pace
 from scheduling.models import InsightScheduleInfo, QueuedAgenda
 
 pytestmark = pytest.mark.django_db
@@ -82,8 +82,6 @@ def test_the_pace_at_zero_fills_to_the_queue_size(settings, insight, short_queue
 
 
 def test_the_pace_adds_at_most_its_bound_whatever_the_rate():
-    pace = FillPace(queue_after=50_000, seconds=0.001)
-
-    assert pace.appetite(0, pace_seconds=0.1) == PACE_MAX_ROWS
-    assert pace.appetite(50_000, pace_seconds=0.1) == 0  # nothing taken
-    assert FillPace(queue_after=3, seconds=0.0).appetite(0, pace_seconds=0.1) == 3
+    assert fill_pace(taken=50_000, seconds=0.001, pace_seconds=0.1) == PACE_MAX_ROWS
+    assert fill_pace(taken=0, seconds=0.001, pace_seconds=0.1) == 0  # nothing taken
+    assert fill_pace(taken=3, seconds=0.0, pace_seconds=0.1) == 3
