@@ -75,6 +75,10 @@ def tables_due(conn: psycopg.Connection) -> list[tuple[str, bool, bool]]:
     return [(table, vacuum, analyze) for table, vacuum, analyze in rows if vacuum or analyze]
 
 
+# The command for a table due for (vacuum, analyse).
+_COMMANDS = {(True, True): "VACUUM (ANALYZE)", (True, False): "VACUUM", (False, True): "ANALYZE"}
+
+
 def _vacuum_every(dbname: str, every: float, stop) -> None:
     while not stop.wait(every):
         try:
@@ -83,6 +87,3 @@ def _vacuum_every(dbname: str, every: float, stop) -> None:
                     conn.execute(f'{_COMMANDS[vacuum, analyze]} "{table}"')
         except psycopg.Error:
             pass  # a table locked or the run ending: the next round comes soon
-
-
-_COMMANDS = {(True, True): "VACUUM (ANALYZE)", (True, False): "VACUUM", (False, True): "ANALYZE"}
