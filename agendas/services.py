@@ -23,6 +23,7 @@ from agendas.validation import validate_agenda_options, validate_operations
 from audit.services import audit_record, audit_record_bulk
 from core.column_inserts import insert_instances
 from core.errors import validation_messages
+from core.unsaved_instances import unsaved_instance
 from resourcepools.mapping import InsightCandidate, accepted_operation_types, choose_insight
 from resourcepools.models import Customer, Membership
 from resourcepools.selectors import (
@@ -167,7 +168,8 @@ def _unsaved_agenda(
     )
     if candidate is None:
         raise ValidationError(_no_insight_errors(customer, offered, operations))
-    return Agenda(
+    return unsaved_instance(
+        Agenda,
         customer=customer,
         insight_id=uuid.UUID(candidate.id),
         operations=operations,

@@ -47,7 +47,7 @@ class RowLoader:
             found = [_json_converter(model_field, converter) for converter in found]
             if found:
                 self.converters.append((position, column, found))
-        self.direct = _builds_plainly(model, self.attnames)
+        self.direct = builds_plainly(model, self.attnames)
         # `connection` is a proxy whose every attribute is a look-up in a context-local
         # mapping: the alias is read once here, not at every row (it never changes).
         self.alias = connection.alias
@@ -88,7 +88,7 @@ def _json_converter(field, converter):
     return from_db_value
 
 
-def _builds_plainly(model, attnames: list[str]) -> bool:
+def builds_plainly(model, attnames: list[str]) -> bool:
     """Whether `Model.from_db` on `model` does nothing but set these attributes (see the
     module docstring): then `RowLoader.load` may set them itself."""
     if model.__init__ is not Model.__init__ or model.from_db.__func__ is not Model.from_db.__func__:

@@ -25,6 +25,7 @@ from core.after_commit import after_commit
 from core.column_inserts import insert_columns, insert_instances
 from core.errors import InvalidTransition
 from core.rows import cache_reverse_one_way
+from core.unsaved_instances import unsaved_instance
 
 logger = logging.getLogger("pop.agendas")
 
@@ -140,7 +141,8 @@ def _new_progress(
     either way)."""
     waiting = do_not_run or (run_after is not None and run_after > now)
     relation = {"agenda": agenda} if relate else {"agenda_id": agenda.pk}
-    return AgendaProgress(
+    return unsaved_instance(
+        AgendaProgress,
         **relation,
         customer_id=agenda.customer_id,
         link_id=agenda.link_id,
