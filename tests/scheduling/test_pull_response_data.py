@@ -2,6 +2,7 @@
 the two must give the same JSON, byte for byte, for fresh pulls and for retries."""
 
 import pytest
+from django.utils import timezone
 from rest_framework.renderers import JSONRenderer
 
 from scheduling.api.puller_serializers import PullResponseSerializer, pull_response_data
@@ -32,6 +33,19 @@ def test_fast_pull_answer_equals_the_serializer_for_fresh_and_retried_agendas(
     fast, documented = _both(pulled)
     assert fast == documented
     assert b'"chunk-2"' in fast and b'"is_generated":true' in fast  # the retry's progress is in
+
+
+def test_fast_pull_answer_in_another_current_time_zone_equals_the_serializer(
+    submitter, submit_agenda, insight, fill, pull
+):
+    submit_agenda(submitter)
+    fill(insight)
+    pulled = pull(insight, count=1)
+
+    with timezone.override("Asia/Kolkata"):
+        fast, documented = _both(pulled)
+    assert fast == documented
+    assert fast.count(b"+05:30") == 2  # its creation and its lease, in that zone
 
 
 def test_fast_pull_answer_of_an_empty_pull_equals_the_serializer(insight, pull):

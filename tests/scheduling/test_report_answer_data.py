@@ -54,6 +54,17 @@ def test_every_kind_of_answer_equals_the_serializers_byte_for_byte(answer):
     assert render(report_answer_data(answer)) == render(ReportAnswerSerializer(answer).data)
 
 
+def test_an_answer_in_another_current_time_zone_equals_the_serializers():
+    answer = ReportAnswer(
+        abort=False, pause=False, lease_expires_at=timezone.now(), state="executing"
+    )
+
+    with timezone.override("Asia/Kolkata"):
+        written = render(report_answer_data(answer))
+        assert written == render(ReportAnswerSerializer(answer).data)
+    assert b"+05:30" in written  # the lease's time in that zone, not in UTC
+
+
 def test_a_heartbeat_is_answered_as_the_serializers_answer_it_building_no_serializer(
     submitter, run_one, insight, api_client_for
 ):
