@@ -28,6 +28,7 @@ from datetime import date, datetime, time, timedelta
 from decimal import Decimal
 
 import msgspec
+from django.db import DEFAULT_DB_ALIAS, connections
 from psycopg.types.json import Json, Jsonb
 
 from core.column_values import column_values, unbounded_type
@@ -43,8 +44,9 @@ def rows_parameters(fields: Sequence, columns: Sequence[Sequence]) -> list:
     """The parameters of `ROWS_SOURCE` for `columns` (one list of values per field, all the
     same length): the JSON text of the rows, `[[cell, …], …]`, each cell as `cell_sql` reads
     it back, and their number."""
+    database = connections[DEFAULT_DB_ALIAS]
     prepared = [
-        [_json_form(value) for value in column_values(field, values)]
+        [_json_form(value) for value in column_values(field, values, database)]
         for field, values in zip(fields, columns, strict=True)
     ]
     rows = [list(row) for row in zip(*prepared, strict=True)]

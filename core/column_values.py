@@ -11,7 +11,7 @@ from datetime import datetime
 from django.db import DEFAULT_DB_ALIAS, connection, connections, models
 
 
-def column_values(field, values: Sequence) -> list:
+def column_values(field, values: Sequence, database=None) -> list:
     """`values` prepared as `field.get_db_prep_save` prepares them, for cells cast to the
     field's column type (`unbounded_type(field)`).
 
@@ -25,8 +25,10 @@ def column_values(field, values: Sequence) -> list:
     if handed_on is _is_int:
         prepare = _as_plain_int(prepare)
     # The connection itself, not the `connection` proxy: each of the proxy's attributes is a
-    # look-up in a context-local mapping, and preparing a value reads several.
-    database = connections[DEFAULT_DB_ALIAS]
+    # look-up in a context-local mapping, and preparing a value reads several. A caller
+    # preparing several columns passes it (`connections[…]` is such a look-up too).
+    if database is None:
+        database = connections[DEFAULT_DB_ALIAS]
     if handed_on is None:
         return [prepare(value, database) for value in values]
     return [

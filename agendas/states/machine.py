@@ -333,7 +333,10 @@ def entry_sql(target: str, *, table: str, now_parameter: str) -> str:
 
 
 def _log_completed(progress: AgendaProgress, *, now: datetime) -> None:
-    # One structured line per completed agenda, written only if the transaction commits.
+    # One structured line per completed agenda, written only if the transaction commits; not
+    # even built when the logger would drop it (LOG_LEVEL above INFO).
+    if not logger.isEnabledFor(logging.INFO):
+        return
     agenda = progress.agenda
     line = json.dumps(
         {

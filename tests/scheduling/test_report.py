@@ -138,6 +138,23 @@ def test_success_report_ends_the_execution_and_logs_one_completion_line(
     assert lines[0]["elapsed"] >= 0
 
 
+def test_with_the_log_above_info_a_completion_writes_no_line_and_waits_on_no_commit(
+    submitter, run_one, insight, report, caplog, django_capture_on_commit_callbacks
+):
+    pulled = run_one(submitter, insight)
+
+    with (
+        caplog.at_level(logging.WARNING, logger="pop.agendas"),
+        django_capture_on_commit_callbacks(execute=True) as callbacks,
+    ):
+        answer = report(pulled, state="succeeded")
+
+    assert answer.state == "succeeded"
+    assert AgendaProgress.objects.get(agenda=pulled.agenda).state == "succeeded"
+    assert [r for r in caplog.records if r.name == "pop.agendas"] == []
+    assert [c.__qualname__ for c in callbacks if "Logger.info" in c.__qualname__] == []
+
+
 def test_unknown_operation_is_400_and_changes_nothing(submitter, run_one, insight, api_client_for):
     pulled = run_one(submitter, insight)
     before = _snapshot(pulled.agenda)
