@@ -22,7 +22,11 @@ from core.rows import builds_plainly
 def unsaved_instance(model, **fields):
     """`model(**fields)`: the same instance, built faster for a plain model."""
     plan = _plan(model)
-    if plan is None or not fields.keys() <= plan.names:
+    if (
+        plan is None
+        or not fields.keys() <= plan.names
+        or any(name in fields and attname in fields for name, attname in plan.relations)
+    ):
         return model(**fields)
     instance = model.__new__(model)
     instance._state = ModelState()
@@ -45,9 +49,13 @@ class _Plan:
             (field.attname, field.name if field.is_relation else None, field.get_default)
             for field in concrete
         ]
+        relations = [field for field in concrete if field.is_relation and not field.one_to_one]
         self.names = frozenset(field.attname for field in concrete) | frozenset(
-            field.name for field in concrete if field.is_relation and not field.one_to_one
+            field.name for field in relations
         )
+        # A relation given both ways (`customer` and `customer_id`): `Model.__init__` sets the
+        # id after the instance, and is left to do so.
+        self.relations = [(field.name, field.attname) for field in relations]
 
 
 @functools.cache

@@ -104,6 +104,15 @@ def test_a_one_to_one_given_as_an_instance_goes_through_the_model_and_caches_bot
     assert agenda.progress is built  # the reverse cache that only the descriptor sets
 
 
+def test_a_relation_given_both_ways_is_built_as_the_model_builds_it(customer, other_customer):
+    fields = {"customer": customer, "customer_id": other_customer.pk, "operations": []}
+
+    built, expected = unsaved_instance(Agenda, **fields), Agenda(**fields)
+
+    assert built.customer_id == expected.customer_id == other_customer.pk  # the id set last
+    assert _comparable(built) == _comparable(expected)
+
+
 def test_a_model_with_an_init_receiver_is_built_by_its_model(customer, insight):
     from core import unsaved_instances
 
