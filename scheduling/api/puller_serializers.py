@@ -5,7 +5,7 @@ from datetime import datetime, tzinfo
 
 from django.conf import settings
 from django.utils import timezone
-from rest_framework import serializers
+from rest_framework import ISO_8601, serializers
 from rest_framework.settings import api_settings
 
 from agendas.api.serializers import OperationInputSerializer
@@ -217,11 +217,13 @@ def _datetime_text(value, zone: tzinfo | None) -> str:
     read once per answer: DRF reads it for every value through a context-local look-up (18 µs
     a value against 4.5 here, 2026-11-28). A value DRF would treat otherwise (naive, not a
     datetime, another output format) goes to DRF's field itself."""
+    output = getattr(_DATETIME, "format", api_settings.DATETIME_FORMAT)
     if (
         zone is None
         or type(value) is not datetime
         or value.utcoffset() is None
-        or getattr(_DATETIME, "format", api_settings.DATETIME_FORMAT).lower() != "iso-8601"
+        or not isinstance(output, str)
+        or output.lower() != ISO_8601
     ):
         return _DATETIME.to_representation(value)
     text = value.astimezone(zone).isoformat()

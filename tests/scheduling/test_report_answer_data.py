@@ -65,6 +65,16 @@ def test_an_answer_in_another_current_time_zone_equals_the_serializers():
     assert b"+05:30" in written  # the lease's time in that zone, not in UTC
 
 
+@pytest.mark.parametrize("output", [None, "%Y-%m-%d %H:%M"], ids=["datetime", "strftime"])
+def test_an_answer_in_another_output_format_equals_the_serializers(settings, output):
+    settings.REST_FRAMEWORK = {**settings.REST_FRAMEWORK, "DATETIME_FORMAT": output}
+    answer = ReportAnswer(
+        abort=False, pause=False, lease_expires_at=timezone.now(), state="executing"
+    )
+
+    assert render(report_answer_data(answer)) == render(ReportAnswerSerializer(answer).data)
+
+
 def test_a_heartbeat_is_answered_as_the_serializers_answer_it_building_no_serializer(
     submitter, run_one, insight, api_client_for
 ):
