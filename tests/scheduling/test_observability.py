@@ -217,3 +217,35 @@ def test_outcome_reclaim_and_time_out_counters_count_what_happened(
     assert _counter("pop_reclaims_total") == reclaims + 1
     assert _counter("pop_timeouts_total") == timeouts + 1
     assert lost.execution.pk != slow.execution.pk
+
+
+def test_a_batch_report_counts_each_report_once_by_what_it_did(
+    submitter, submit_agenda, insight, fill, pull
+):
+    from scheduling.report import execution_report_batch
+
+    for _ in range(3):
+        submit_agenda(submitter)
+    fill(insight)
+    first, second, third = pull(insight, count=3)
+    before = {
+        "progress": _counter("pop_reports_total", result="progress"),
+        "succeeded": _counter("pop_reports_total", result="succeeded"),
+        "outcome": _counter("pop_execution_outcomes_total", outcome="succeeded"),
+    }
+
+    results = execution_report_batch(
+        reports=[
+            {"execution": item.execution.pk, "lease_token": str(item.execution.lease_token)} | extra
+            for item, extra in (
+                (first, {"state": "succeeded"}),
+                (second, {}),
+                (third, {"state": "succeeded"}),
+            )
+        ]
+    )
+
+    assert [result.status for result in results] == [200, 200, 200]
+    assert _counter("pop_reports_total", result="progress") == before["progress"] + 1
+    assert _counter("pop_reports_total", result="succeeded") == before["succeeded"] + 2
+    assert _counter("pop_execution_outcomes_total", outcome="succeeded") == before["outcome"] + 2
