@@ -57,6 +57,7 @@ def main() -> None:
                 "--tool=callgrind",
                 "--instr-atstart=no",
                 f"--callgrind-out-file={out}/callgrind.out",
+                f"--log-file={out}/valgrind.log",  # its own lines; the child's errors stay here
                 sys.executable,
                 "-m",
                 "bench.instructions",
@@ -65,7 +66,6 @@ def main() -> None:
             cwd=ROOT,
             env={**os.environ, _CHILD: "1", "PYTHONPATH": str(ROOT)},
             check=True,
-            stderr=subprocess.DEVNULL,
         )
         # Each dump writes callgrind.out.<n>, its counters since the one before.
         totals = {
@@ -116,7 +116,10 @@ def _count(rounds: int) -> None:
 
 def _callgrind(option: str) -> None:
     subprocess.run(
-        ["callgrind_control", option, str(os.getpid())], check=True, stdout=subprocess.DEVNULL
+        ["callgrind_control", option, str(os.getpid())],
+        check=True,
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.DEVNULL,
     )
 
 
