@@ -3,8 +3,10 @@ set-based INSERTs on its hot path (the operations of every new agenda, its ready
 
 `bulk_create` builds an instance per row and prepares every field of every row in Python
 (a bulk submit of 100 spent a tenth of the web's CPU in those two inserts: bench.profile, py-spy
-on gunicorn, 2026-11-26). `insert_columns` sends only the columns that vary, as rows of one
-JSON text, and lets every other column take its model default once per statement — the same values a
+on gunicorn, 2026-11-26). `insert_columns` sends the columns that vary between its rows as rows
+of one JSON text, a column holding one value in every row once, as a parameter (a bulk
+submit's customer and insight, most of its options, its operations' names and types), and lets
+every other column take its model default once per statement — the same values a
 `save()` would write, because they come from the same fields (`Field.get_default`,
 `auto_now`/`auto_now_add`). On PostgreSQL that is one `INSERT … SELECT … FROM
 jsonb_array_elements(…)` over the rows sent as one JSON text (`core/column_rows.py`);
@@ -19,7 +21,7 @@ from datetime import datetime
 from django.db import connection
 
 from core.column_rows import ROWS_SOURCE, cell_sql, rows_parameters
-from core.column_values import unbounded_type
+from core.column_values import column_values, unbounded_type
 
 
 def insert_columns(model, columns: dict[str, Sequence], *, now: datetime) -> int:
@@ -44,9 +46,14 @@ def insert_columns(model, columns: dict[str, Sequence], *, now: datetime) -> int
             model(**{name: columns[name][row] for name in names}) for row in range(count)
         )
         return count
-    sql, varying, constant = _statement(model, names, connection.vendor)
+    # A column holding one value in every row (a bulk submit's customer, its defaults, its
+    # operations' names) goes once, as a parameter, not once per row in the rows' text.
+    uniform = tuple(name for name in names if count > 1 and _one_value(columns[name]))
+    sql, varying, constant = _statement(
+        model, tuple(name for name in names if name not in uniform), uniform, connection.vendor
+    )
     # The constants come first in the statement's text (its SELECT list), then the rows.
-    params = [now if field is None else value for field, value in constant()]
+    params = [now if field is None else value for field, value in constant(columns, connection)]
     params += rows_parameters(varying, [columns[field.attname] for field in varying])
     with connection.cursor() as cursor:
         cursor.execute(sql, params)
@@ -92,18 +99,30 @@ def _attnames(model) -> frozenset[str]:
     return frozenset(field.attname for field in model._meta.concrete_fields)
 
 
-@functools.cache
-def _statement(model, names: tuple[str, ...], vendor: str):
-    """The INSERT of `insert_columns` for these varying attnames, built once per process:
-    its SQL, the varying fields (in parameter order) and a function giving the constant
-    parameters (defaults are called per statement: a `list` default is a fresh list)."""
+def _one_value(values: Sequence) -> bool:
+    """Whether every value is the first, of the same type (1 and 1.0 are cells apart)."""
+    first = values[0]
+    kind = type(first)
+    return all(type(value) is kind and value == first for value in values)
+
+
+# Bounded: which columns hold one value is the caller's data, and a customer who varies it
+# batch by batch must not grow this process's memory (psycopg bounds its prepared ones too).
+@functools.lru_cache(maxsize=512)
+def _statement(model, names: tuple[str, ...], uniform: tuple[str, ...], vendor: str):
+    """The INSERT of `insert_columns` for these varying attnames and these of one value in
+    every row, built once per process: its SQL, the varying fields (in parameter order) and a
+    function giving the constant parameters from the columns (the uniform ones' value, as
+    `get_db_prep_save` prepares it; defaults are called per statement: a `list` default is a
+    fresh list)."""
     meta = model._meta
     by_attname = {field.attname: field for field in meta.concrete_fields}
     quote = connection.ops.quote_name
     varying = [by_attname[name] for name in names]
     targets, selected, constants = [], [], []
     pk = meta.pk
-    if pk.attname not in names and pk.get_internal_type() == "UUIDField" and pk.has_default():
+    given = set(names) | set(uniform)
+    if pk.attname not in given and pk.get_internal_type() == "UUIDField" and pk.has_default():
         if pk.default is not uuid.uuid4:
             raise ValueError(f"{model.__name__}'s primary key default is not uuid4")
         targets.append(quote(pk.column))
@@ -111,8 +130,12 @@ def _statement(model, names: tuple[str, ...], vendor: str):
     for position, field in enumerate(varying):
         targets.append(quote(field.column))
         selected.append(cell_sql(position, field))
+    given_once = [by_attname[name] for name in uniform]
+    for field in given_once:
+        targets.append(quote(field.column))
+        selected.append(f"%s::{unbounded_type(field)}")
     for field in meta.concrete_fields:
-        if field.attname in names or field.primary_key:
+        if field.attname in given or field.primary_key:
             continue
         if field.has_db_default() and not field.has_default():
             continue  # the database's own default, as `save()` leaves it to the database
@@ -125,11 +148,15 @@ def _statement(model, names: tuple[str, ...], vendor: str):
         f"SELECT {', '.join(selected)} FROM {ROWS_SOURCE}"
     )
 
-    def constant():
-        return [
+    def constant(columns: dict[str, Sequence], database) -> list:
+        once = [
+            (field, column_values(field, columns[field.attname][:1], database)[0])
+            for field in given_once
+        ]
+        return once + [
             (None, None)
             if field is None
-            else (field, field.get_db_prep_save(field.get_default(), connection))
+            else (field, field.get_db_prep_save(field.get_default(), database))
             for field in constants
         ]
 

@@ -73,6 +73,41 @@ def test_each_row_gets_its_own_primary_key_and_its_own_values_in_order(submitter
     assert len({row.pk for row in rows}) == 3
 
 
+def test_a_column_of_one_value_goes_once_as_a_parameter_and_every_row_gets_it(
+    submitter, submit_agenda
+):
+    progress = submit_agenda(submitter).progress
+    columns = _operation_columns(progress, ["a", "b"]) | {
+        "params": [{"same": ["document"]}] * 2,
+        "result": [None, None],
+        "percent_complete": [1, 1.0],  # equal, but not one value: 1 and 1.0 are apart
+    }
+
+    with CaptureQueriesContext(connection) as captured:
+        insert_columns(OperationProgress, columns, now=timezone.now())
+
+    (statement,) = [query["sql"] for query in captured.captured_queries]
+    assert statement.count("link-1") == statement.count("cid-1") == 1  # once, not per row
+    assert statement.count("document") == 1 and statement.count('"noop"') == 0
+    rows = OperationProgress.objects.filter(agenda_progress=progress, position__gte=10)
+    written = sorted(
+        (
+            row.position,
+            row.name,
+            row.link_id,
+            row.type,
+            row.params,
+            row.result,
+            row.percent_complete,
+        )
+        for row in rows
+    )
+    assert written == [
+        (10, "a", "link-1", "noop", {"same": ["document"]}, None, 1.0),
+        (11, "b", "link-1", "noop", {"same": ["document"]}, None, 1.0),
+    ]
+
+
 def test_a_ready_row_written_from_columns_keeps_its_given_time(submitter, submit_agenda):
     agenda = submit_agenda(submitter, do_not_run=True)  # pending: no ready row of its own
     added_at = timezone.now() - timedelta(hours=1)
