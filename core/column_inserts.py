@@ -18,6 +18,7 @@ import uuid
 from collections.abc import Sequence
 from datetime import datetime
 
+import msgspec
 from django.db import connection
 
 from core.column_rows import ROWS_SOURCE, cell_sql, rows_parameters
@@ -100,10 +101,26 @@ def _attnames(model) -> frozenset[str]:
 
 
 def _one_value(values: Sequence) -> bool:
-    """Whether every value is the first, of the same type (1 and 1.0 are cells apart)."""
+    """Whether every value would be stored as the first is. Values of a type whose equality
+    is its stored form (None, a bool, an int, a str, a UUID) are compared; a float by its exact
+    form (`0.0 == -0.0`); any other (a JSON document, where `{"a": 1} == {"a": True}`) by its
+    JSON text, and a value that has none is a column of its own."""
     first = values[0]
     kind = type(first)
-    return all(type(value) is kind and value == first for value in values)
+    if kind in _COMPARED:
+        return all(type(value) is kind and value == first for value in values)
+    if kind is float:  # by its exact form: -0.0, infinities and NaN kept apart
+        text = first.hex()
+        return all(type(value) is float and value.hex() == text for value in values)
+    try:
+        text = _JSON_TEXT(first)
+        return all(type(value) is kind and _JSON_TEXT(value) == text for value in values)
+    except (TypeError, msgspec.EncodeError):
+        return False
+
+
+_COMPARED = frozenset({type(None), bool, int, str, uuid.UUID})
+_JSON_TEXT = msgspec.json.Encoder().encode
 
 
 # Bounded: which columns hold one value is the caller's data, and a customer who varies it

@@ -108,6 +108,27 @@ def test_a_column_of_one_value_goes_once_as_a_parameter_and_every_row_gets_it(
     ]
 
 
+@pytest.mark.parametrize(
+    ("column", "values"),
+    [
+        ("params", [{"n": 1}, {"n": 1.0}, {"n": True}]),  # equal in Python, not as stored
+        ("result", [None, {}, None]),
+    ],
+    ids=["documents", "null-and-document"],
+)
+def test_values_equal_in_python_but_stored_apart_are_each_stored_as_given(
+    submitter, submit_agenda, column, values
+):
+    progress = submit_agenda(submitter).progress
+    columns = _operation_columns(progress, ["a", "b", "c"]) | {column: values}
+
+    insert_columns(OperationProgress, columns, now=timezone.now())
+
+    rows = OperationProgress.objects.filter(agenda_progress=progress, position__gte=10)
+    stored = [getattr(row, column) for row in rows.order_by("position")]
+    assert [repr(value) for value in stored] == [repr(value) for value in values]
+
+
 def test_a_ready_row_written_from_columns_keeps_its_given_time(submitter, submit_agenda):
     agenda = submit_agenda(submitter, do_not_run=True)  # pending: no ready row of its own
     added_at = timezone.now() - timedelta(hours=1)
