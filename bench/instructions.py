@@ -13,7 +13,8 @@ Why: the throughput runs measure seconds of CPU, which on this shared VM drift b
 within minutes (bench/RESULTS.md), so a lever worth a few percent of the web's CPU cannot be
 told from the drift without many alternated runs. Instructions for the same code and inputs
 repeat to a few thousandths of a percent (2026-11-28: 1,147,029,454 and 1,147,060,261 for the
-same 300 agendas), whatever else the machine does. Judge a change by this count before and
+same 300 agendas), whatever else the machine does; a pull's count moves by up to 1% between
+runs, as its inline fills fall. Judge a change by this count before and
 after (the same rounds); the throughput runs still decide the targets. Needs Debian's valgrind
 (`apt-get install valgrind`); about 30 times slower than a plain run.
 """
@@ -39,6 +40,7 @@ BULK = 100
 SUCCEEDED = [{"name": "noop", "state": "succeeded", "result": {"ok": True}}]
 OPERATIONS = [{"name": "noop", "type": "noop", "payload": {}}]
 _CHILD = "POP_BENCH_INSTRUCTIONS_CHILD"
+SECTIONS = ("bulk", "pull", "report")  # counted in this order, one callgrind dump each
 
 
 def main() -> None:
@@ -57,7 +59,7 @@ def main() -> None:
                 "--tool=callgrind",
                 "--instr-atstart=no",
                 f"--callgrind-out-file={out}/callgrind.out",
-                f"--log-file={out}/valgrind.log",  # its own lines; the child's errors stay here
+                f"--log-file={out}/valgrind.log",  # its own lines; the child's errors on stderr
                 sys.executable,
                 "-m",
                 "bench.instructions",
@@ -77,9 +79,6 @@ def main() -> None:
     for section, total in totals.items():
         print(f"  {section:8} {total / agendas / 1e6:7.3f} M")
     print(f"  {'total':8} {sum(totals.values()) / agendas / 1e6:7.3f} M")
-
-
-SECTIONS = ("bulk", "pull", "report")
 
 
 def _total(path: Path) -> int:
