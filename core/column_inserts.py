@@ -50,6 +50,8 @@ def insert_columns(model, columns: dict[str, Sequence], *, now: datetime) -> int
     # A column holding one value in every row (a bulk submit's customer, its defaults, its
     # operations' names) goes once, as a parameter, not once per row in the rows' text.
     uniform = tuple(name for name in names if count > 1 and _one_value(columns[name]))
+    if len(uniform) == len(names):
+        uniform = uniform[1:]  # one column stays in the rows: they are what counts the rows
     sql, varying, constant = _statement(
         model, tuple(name for name in names if name not in uniform), uniform, connection.vendor
     )

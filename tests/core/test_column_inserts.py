@@ -10,7 +10,7 @@ from django.test.utils import CaptureQueriesContext
 from django.utils import timezone
 
 from agendas.models import OperationProgress
-from agendas.queue_models import ReadyAgenda
+from agendas.queue_models import CallbackDelivery, ReadyAgenda
 from core.column_inserts import insert_columns
 
 pytestmark = pytest.mark.django_db
@@ -127,6 +127,27 @@ def test_values_equal_in_python_but_stored_apart_are_each_stored_as_given(
     rows = OperationProgress.objects.filter(agenda_progress=progress, position__gte=10)
     stored = [getattr(row, column) for row in rows.order_by("position")]
     assert [repr(value) for value in stored] == [repr(value) for value in values]
+
+
+def test_rows_whose_every_column_holds_one_value_are_each_written(submitter, submit_agenda):
+    agenda = submit_agenda(submitter)
+    now = timezone.now()
+    one_row = {
+        "agenda_id": agenda.pk,
+        "customer_id": agenda.customer_id,
+        "url": "https://h.example/x",
+        "event": "succeeded",
+        "body": {"same": True},
+        "next_attempt_at": now,
+    }
+
+    inserted = insert_columns(
+        CallbackDelivery, {name: [value] * 3 for name, value in one_row.items()}, now=now
+    )
+
+    rows = CallbackDelivery.objects.filter(agenda=agenda, event="succeeded")
+    assert inserted == 3
+    assert [(row.url, row.body) for row in rows] == [("https://h.example/x", {"same": True})] * 3
 
 
 def test_a_ready_row_written_from_columns_keeps_its_given_time(submitter, submit_agenda):
