@@ -19,7 +19,7 @@ from collections.abc import Sequence
 from datetime import datetime
 
 import msgspec
-from django.db import connection
+from django.db import DEFAULT_DB_ALIAS, connection, connections
 
 from core.column_rows import ROWS_SOURCE, cell_sql, rows_parameters
 from core.column_values import column_values, unbounded_type
@@ -49,14 +49,18 @@ def insert_columns(model, columns: dict[str, Sequence], *, now: datetime) -> int
         return count
     # A column holding one value in every row (a bulk submit's customer, its defaults, its
     # operations' names) goes once, as a parameter, not once per row in the rows' text.
-    uniform = tuple(name for name in names if count > 1 and _one_value(columns[name]))
-    if len(uniform) == len(names):
-        uniform = uniform[1:]  # one column stays in the rows: they are what counts the rows
+    uniform: tuple[str, ...] = ()
+    if count > 1:
+        uniform = tuple(name for name in names if _one_value(columns[name]))
+        if len(uniform) == len(names):
+            uniform = uniform[1:]  # one column stays in the rows: they are what counts the rows
     sql, varying, constant = _statement(
         model, tuple(name for name in names if name not in uniform), uniform, connection.vendor
     )
-    # The constants come first in the statement's text (its SELECT list), then the rows.
-    params = [now if field is None else value for field, value in constant(columns, connection)]
+    # The constants come first in the statement's text (its SELECT list), then the rows. The
+    # connection itself, not its proxy, prepares them (core/column_values.py).
+    database = connections[DEFAULT_DB_ALIAS]
+    params = [now if field is None else value for field, value in constant(columns, database)]
     params += rows_parameters(varying, [columns[field.attname] for field in varying])
     with connection.cursor() as cursor:
         cursor.execute(sql, params)
