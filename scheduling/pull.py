@@ -14,6 +14,7 @@ from agendas import states
 from agendas.fill_nudge import fill_nudge
 from agendas.models import Agenda, AgendaProgress, Execution, OperationProgress
 from agendas.states.operation_rows import operations_of_progress
+from core.prepared_statements import generic_plan
 from resourcepools.models import Insight, Membership
 from resourcepools.selectors import Principal, require_role
 from scheduling import metrics
@@ -215,11 +216,15 @@ def _claim(*, insight: Insight, worker: str, count: int, pull_request: str) -> l
     ready. A claim that took fewer than `count` while work is ready fills the queue inline
     (the same fair fill, under the insight's fill lock) and claims the rest in the same
     transaction: a short `queue_size` keeps a fill's fairness without bounding what pullers
-    can take (docs/design.md §6.3).
+    can take (docs/design.md §6.3). The claim keeps its generic plan (`generic_plan`).
     """
     started = time.perf_counter()
     now = timezone.now()
-    with transaction.atomic(savepoint=False):  # joins the turn's transaction when there is one
+    in_turn = connection.in_atomic_block  # the turn's transaction goes on after the claim
+    with (
+        transaction.atomic(savepoint=False),  # joins the turn's transaction when there is one
+        generic_plan(transaction_ends_after=not in_turn),
+    ):
         outcome = states.queue_claim_outcome(
             insight=insight,
             count=count,
