@@ -230,8 +230,9 @@ WITH picked AS (
     RETURNING p.*
 ), counts AS (
     SELECT (SELECT count(*) FROM (SELECT 1 FROM {queue} WHERE insight_id = %(insight)s
-                                  LIMIT %(probe)s) AS probe) AS queued,
-           EXISTS (SELECT 1 FROM {ready} WHERE insight_id = %(insight)s) AS ready
+                                  ORDER BY position LIMIT %(probe)s) AS probe) AS queued,
+           (SELECT true FROM {ready} WHERE insight_id = %(insight)s
+            ORDER BY added_at LIMIT 1) IS NOT NULL AS ready
 )
 SELECT picked.position, counts.queued, counts.ready, (SELECT count(*) FROM started),
        {operations}, {columns}
@@ -287,9 +288,13 @@ def _queue_claim_postgresql(
     fresh statistics).
     The same statement counts the queue as it was before the claim
     (capped: enough to tell "under half full" afterwards) and whether the insight has ready
-    agendas, and reads the claimed agendas' operations (`pulled_operations_sql`: what the
-    pull hands on of them). No one changes a queued agenda's operations (a report or an
-    added operation needs its lease), so the statement's snapshot of them is current.
+    agendas, both in their index's order, so that the plan reads this insight's rows by that
+    index whatever the statistics say of the others (as `EXISTS`, the ready check read the
+    whole ready set when another insight held nearly all of it: PostgreSQL drops an
+    `EXISTS`'s ORDER BY and LIMIT), and reads the claimed agendas' operations
+    (`pulled_operations_sql`: what the pull hands on of them). No one changes a queued
+    agenda's operations (a report or an added operation needs its lease), so the statement's
+    snapshot of them is current.
 
     Returns the claimed pairs in queue order, the queue length before the claim (capped),
     whether ready agendas exist, and the operations by progress id.

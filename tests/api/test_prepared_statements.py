@@ -12,6 +12,8 @@ from django.db import DEFAULT_DB_ALIAS, connection, connections, transaction
 
 from core.prepared_statements import generic_plan, hot_path_statements
 from scheduling.fill import insight_fill
+from scheduling.models import ReadyAgenda
+from tests.scheduling.conftest import clone_ready_agendas
 
 pytestmark = [
     pytest.mark.django_db(transaction=True),
@@ -167,6 +169,52 @@ def test_the_claim_is_never_planned_with_its_values_once_prepared(
     assert custom == 0  # PostgreSQL's own choice plans the first five runs with their values
     assert generic == 12 - 5  # every run once psycopg prepared it (the sixth on)
     assert _plan_cache_mode() == "auto"  # the setting ended with the claim's transaction
+
+
+def _ready_rows_scanned() -> int:
+    """Rows read from the ready table by sequential scans, this server's count so far."""
+    with connection.cursor() as cursor:
+        cursor.execute("SELECT pg_stat_force_next_flush()")  # flushed as the session idles
+    with connection.cursor() as cursor:
+        cursor.execute("SELECT pg_stat_clear_snapshot()")
+        cursor.execute(
+            "SELECT seq_tup_read FROM pg_stat_user_tables WHERE relname = %s",
+            [ReadyAgenda._meta.db_table],
+        )
+        return cursor.fetchone()[0]
+
+
+def test_the_claims_generic_plan_reads_no_other_insights_backlog(
+    insight, transcode_insight, worker, submitter, submit_agenda, api_client_for
+):
+    """The claim asks whether its insight has ready work by the ready set's index, in its
+    generic plan (planned once for every insight) as in a custom one. Asked as `EXISTS`,
+    PostgreSQL read the whole ready set when another insight held nearly all of it and this
+    one none: 20,001 rows at every one of these pulls."""
+    backlog = submit_agenda(submitter, operations=[{"name": "t", "type": "transcode"}])
+    assert backlog.insight_id == transcode_insight.pk
+    clone_ready_agendas(backlog, 20_000)
+    insight.queue_size = 12
+    insight.save(update_fields=["queue_size"])
+    for _ in range(12):
+        submit_agenda(submitter)
+    insight_fill(insight_id=insight.pk)  # all twelve queued: this insight has no ready work
+    with connection.cursor() as cursor:
+        cursor.execute(f"ANALYZE {ReadyAgenda._meta.db_table}")
+    client = api_client_for(worker)
+    pulls = []
+    for _ in range(12):
+        before = _ready_rows_scanned()
+        pulled = client.post(
+            f"/api/v1/insights/{insight.pk}/pull/",
+            {"count": 1, "worker": "w1", "wait_seconds": 0},
+            format="json",
+        ).json()["agendas"]
+        assert len(pulled) == 1
+        pulls.append(_ready_rows_scanned() - before)
+
+    assert _claim_plans() == (12 - 5, 0)  # the last seven ran the generic plan
+    assert pulls == [0] * 12, pulls
 
 
 def test_the_generic_plan_setting_covers_its_block_only():
