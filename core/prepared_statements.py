@@ -82,9 +82,10 @@ def generic_plan(*, transaction_ends_after: bool = False) -> Iterator[None]:
     setting ends with the transaction). One statement, two when set back.
 
     Only where statements are prepared (inside `hot_path_statements()`, or with `all`):
-    elsewhere the setting would plan each unprepared statement without its values. It must
-    not cover any other statement: PostgreSQL then plans a statement bound on the server but
-    not prepared without its values too (a list, a fill)."""
+    elsewhere the setting would plan each unprepared statement without its values. The block
+    must hold only statements whose best plan does not depend on their values (the claim; the
+    callback outbox's INSERTs it may write): PostgreSQL also plans a statement bound on the
+    server but not prepared without its values under the setting (a list, a fill)."""
     raw = connection.connection if connection.vendor == "postgresql" else None
     if raw is None or raw.prepare_threshold is None or not connection.in_atomic_block:
         yield
