@@ -41,6 +41,25 @@ def _prepared() -> set[str]:
         return {row[0] for row in cursor.fetchall()}
 
 
+def _queue(insight, submitter, submit_agenda, *, agendas: int, queue_size: int) -> None:
+    """Submit `agendas` and fill the insight's queue, of `queue_size`, with them."""
+    insight.queue_size = queue_size
+    insight.save(update_fields=["queue_size"])
+    for _ in range(agendas):
+        submit_agenda(submitter)
+    insight_fill(insight_id=insight.pk)
+
+
+def _pull_one(client, insight) -> list[dict]:
+    pulled = client.post(
+        f"/api/v1/insights/{insight.pk}/pull/",
+        {"count": 1, "worker": "w1", "wait_seconds": 0},
+        format="json",
+    ).json()["agendas"]
+    assert len(pulled) == 1
+    return pulled
+
+
 def _threshold():
     connection.ensure_connection()
     return connection.connection.prepare_threshold
@@ -49,21 +68,12 @@ def _threshold():
 def test_pulls_and_reports_prepare_their_statements_from_the_sixth_run(
     insight, worker, submitter, submit_agenda, api_client_for
 ):
-    insight.queue_size = 20
-    insight.save(update_fields=["queue_size"])
-    for _ in range(8):
-        submit_agenda(submitter)
-    insight_fill(insight_id=insight.pk)
+    _queue(insight, submitter, submit_agenda, agendas=8, queue_size=20)
     client = api_client_for(worker)
     before = _prepared()
 
     for _ in range(7):
-        pulled = client.post(
-            f"/api/v1/insights/{insight.pk}/pull/",
-            {"count": 1, "worker": "w1", "wait_seconds": 0},
-            format="json",
-        ).json()["agendas"]
-        assert len(pulled) == 1
+        pulled = _pull_one(client, insight)
         execution = pulled[0]["execution"]
         answer = client.post(
             "/api/v1/executions/report/",
@@ -150,20 +160,11 @@ def test_the_claim_is_never_planned_with_its_values_once_prepared(
 ):
     """Left to choose, PostgreSQL planned the claim with its values at about half of its runs
     over HTTP (1.1 ms of planning each): prepared, it keeps one generic plan."""
-    insight.queue_size = 20
-    insight.save(update_fields=["queue_size"])
-    for _ in range(12):
-        submit_agenda(submitter)
-    insight_fill(insight_id=insight.pk)
+    _queue(insight, submitter, submit_agenda, agendas=12, queue_size=20)
     client = api_client_for(worker)
 
     for _ in range(12):
-        pulled = client.post(
-            f"/api/v1/insights/{insight.pk}/pull/",
-            {"count": 1, "worker": "w1", "wait_seconds": 0},
-            format="json",
-        ).json()["agendas"]
-        assert len(pulled) == 1
+        _pull_one(client, insight)
 
     generic, custom = _claim_plans()
     assert custom == 0  # PostgreSQL's own choice plans the first five runs with their values
@@ -194,23 +195,14 @@ def test_the_claims_generic_plan_reads_no_other_insights_backlog(
     backlog = submit_agenda(submitter, operations=[{"name": "t", "type": "transcode"}])
     assert backlog.insight_id == transcode_insight.pk
     clone_ready_agendas(backlog, 20_000)
-    insight.queue_size = 12
-    insight.save(update_fields=["queue_size"])
-    for _ in range(12):
-        submit_agenda(submitter)
-    insight_fill(insight_id=insight.pk)  # all twelve queued: this insight has no ready work
+    _queue(insight, submitter, submit_agenda, agendas=12, queue_size=12)  # no ready work left
     with connection.cursor() as cursor:
         cursor.execute(f"ANALYZE {ReadyAgenda._meta.db_table}")
     client = api_client_for(worker)
     pulls = []
     for _ in range(12):
         before = _ready_rows_scanned()
-        pulled = client.post(
-            f"/api/v1/insights/{insight.pk}/pull/",
-            {"count": 1, "worker": "w1", "wait_seconds": 0},
-            format="json",
-        ).json()["agendas"]
-        assert len(pulled) == 1
+        _pull_one(client, insight)
         pulls.append(_ready_rows_scanned() - before)
 
     assert _claim_plans() == (12 - 5, 0)  # the last seven ran the generic plan
