@@ -216,7 +216,7 @@ def test_the_generic_plan_setting_covers_its_block_only():
         assert _plan_cache_mode() == "auto"  # a statement after it is planned as before
 
         with generic_plan(transaction_ends_after=True):
-            pass
+            assert _plan_cache_mode() == "force_generic_plan"
         assert _plan_cache_mode() == "force_generic_plan"  # until the transaction ends…
     assert _plan_cache_mode() == "auto"  # …and no longer
 
