@@ -20,7 +20,8 @@ Four kinds of run on the same servers:
    beside the sketch's in bench.setbased_cycle), and the rate the cores would allow at that
    cost; then, the first run's agendas deleted (`forget_agendas`), the same run with the
    insight at the default queue_size 10 (a pull that drains a short queue fills it inline),
-   its rate as a ratio of the run at 100;
+   its rate as a ratio of the run at 100, and its CPU per agenda (all processes, each kind in
+   the note) as a ratio of that run's;
 3. the report endpoint alone: 2 processes send heartbeat reports (`executions/{id}/report/`,
    empty body: one locked read + one UPDATE) for a few seconds — req/s;
 4. pull latency with `http_waiting` ready agendas behind the queue (built with set-based SQL),
@@ -531,6 +532,20 @@ def run(*, quick: bool) -> PhaseResult:
                 target="≥ 1,000 agendas/s",
                 ok=short_rate >= 1000,
                 note=f"{short_rate / max(rate, 1):.2f}× the run at queue_size {QUEUE_SIZE}",
+            )
+            short_terminal = max(short.get("terminal", 0), 1)
+            short_cpu = sum(short["cpu"].values())
+            result.add(
+                f"CPU per agenda, queue_size {DEFAULT_QUEUE_SIZE}: all processes",
+                short_cpu / short_terminal * 1000,
+                "ms",
+                ratio=short_cpu / short_terminal / (sum(figures["cpu"].values()) / terminal),
+                reference=f"the run at queue_size {QUEUE_SIZE}",
+                note=", ".join(
+                    f"{name} {seconds / short_terminal * 1000:.2f}"
+                    for name, seconds in sorted(short["cpu"].items(), key=lambda i: -i[1])
+                )
+                + f"; cores busy {short_cpu / ((os.cpu_count() or 1) * short['cpu_wall']):.0%}",
             )
             if short["twice"]:
                 result.rejected = f"{short['twice']} agenda(s) pulled twice in one attempt"
