@@ -32,7 +32,6 @@ Four kinds of run on the same servers:
 from __future__ import annotations
 
 import multiprocessing
-import os
 import time
 
 import psycopg
@@ -57,6 +56,7 @@ from bench.common import (
     vacuum_analyze,
 )
 from bench.e2e import record
+from bench.http_costs import record_costs, record_short_queue_cost
 from bench.outcomes import (
     STATS_FLUSH_SECONDS,
     buffers_touched,
@@ -329,54 +329,6 @@ def forget_agendas(dbname: str) -> None:
     vacuum_analyze(dbname)
 
 
-def record_costs(result: PhaseResult, figures: dict) -> None:
-    """CPU ms per terminal agenda by process kind, the rate the machine's cores allow, and the
-    connections and WAL bytes per agenda."""
-    terminal = max(figures.get("terminal", 0), 1)
-    cores = os.cpu_count() or 1
-    total = sum(figures["cpu"].values())
-    parts = []
-    for name, seconds in sorted(figures["cpu"].items(), key=lambda item: -item[1]):
-        result.add(f"CPU per agenda: {name}", seconds / terminal * 1000, "ms")
-        if name == "postgresql":
-            result.add(
-                "database connections opened per agenda",
-                figures["sessions"] / terminal,
-                "conn",
-                note=f"{figures['sessions']} in the run",
-            )
-        parts.append(f"{name} {seconds / terminal * 1000:.2f}")
-    result.add(
-        "WAL written per agenda",
-        figures["wal"] / terminal,
-        "bytes",
-        note="the whole server's, the autovacuum stand-in's included",
-    )
-    result.add(
-        "shared buffers touched per agenda",
-        figures["buffers"] / terminal,
-        "pages",
-        note="pg_stat_database: every backend's, the autovacuum stand-in's included",
-    )
-    busy = total / (cores * figures["cpu_wall"])
-    result.add(
-        "CPU per agenda: all processes",
-        total / terminal * 1000,
-        "ms",
-        note=f"cores busy {busy:.0%} over the run",
-    )
-    result.add(
-        "agendas/s the cores allow at that CPU cost",
-        cores / (total / terminal),
-        "agendas/s",
-        note=f"{cores} cores / CPU per agenda",
-    )
-    say(
-        f"  http CPU ms per agenda: {', '.join(parts)}; all {total / terminal * 1000:.2f} "
-        f"(cores busy {busy:.0%}: at most {cores / (total / terminal):.0f} agendas/s)"
-    )
-
-
 def report_rate(url: str, world: World, seconds: float) -> tuple[float, int]:
     """Heartbeat reports/s on executing agendas, 2 client processes."""
     client(url, world.tokens[world.customers[0]]).submit_agendas_bulk(
@@ -507,7 +459,7 @@ def run(*, quick: bool) -> PhaseResult:
                 result.add(f"HTTP {kind} request p50", percentile(values, 50), "ms")
                 result.add(f"HTTP {kind} request p99", percentile(values, 99), "ms")
             result.add("requests per agenda", per_agenda, "req")
-            record_costs(result, figures)
+            deep_cost = record_costs(result, figures)
             say(
                 "  http request ms p50/p99: "
                 + ", ".join(
@@ -533,20 +485,7 @@ def run(*, quick: bool) -> PhaseResult:
                 ok=short_rate >= 1000,
                 note=f"{short_rate / max(rate, 1):.2f}× the run at queue_size {QUEUE_SIZE}",
             )
-            short_terminal = max(short.get("terminal", 0), 1)
-            short_cpu = sum(short["cpu"].values())
-            result.add(
-                f"CPU per agenda, queue_size {DEFAULT_QUEUE_SIZE}: all processes",
-                short_cpu / short_terminal * 1000,
-                "ms",
-                ratio=short_cpu / short_terminal / (sum(figures["cpu"].values()) / terminal),
-                reference=f"the run at queue_size {QUEUE_SIZE}",
-                note=", ".join(
-                    f"{name} {seconds / short_terminal * 1000:.2f}"
-                    for name, seconds in sorted(short["cpu"].items(), key=lambda i: -i[1])
-                )
-                + f"; cores busy {short_cpu / ((os.cpu_count() or 1) * short['cpu_wall']):.0%}",
-            )
+            record_short_queue_cost(result, short, deep_cost, DEFAULT_QUEUE_SIZE, QUEUE_SIZE)
             if short["twice"]:
                 result.rejected = f"{short['twice']} agenda(s) pulled twice in one attempt"
             hb_rate, hb_n = report_rate(url, world, sizes["heartbeat_seconds"])
