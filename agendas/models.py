@@ -83,6 +83,7 @@ class Agenda(OwnedModel):
         blank=True,
         on_delete=models.SET_NULL,
         related_name="agendas",
+        db_index=False,  # agenda_schedule below: the scheduled agendas only
     )
     # A number, not a key: (template, number) names the version (docs/decisions.md).
     template_version = models.PositiveIntegerField(
@@ -140,11 +141,20 @@ class Agenda(OwnedModel):
             models.Index(fields=["customer", "priority"], name="agenda_customer_priority"),
             # ?template= for staff and for a customer (a global template's agendas belong to
             # many customers: by the template alone, a customer's count read everyone's).
-            models.Index(fields=["template", "customer", "-created_at"], name="agenda_template"),
+            models.Index(
+                fields=["template", "customer", "-created_at"],
+                condition=Q(template__isnull=False),
+                name="agenda_template",
+            ),
+            models.Index(
+                fields=["schedule"], condition=Q(schedule__isnull=False), name="agenda_schedule"
+            ),
             # Exact filters (?link_id=, ?cid=, ?external_id=, the admin's search).
-            models.Index(fields=["link_id"], name="agenda_link_id"),
+            models.Index(fields=["link_id"], condition=~Q(link_id=""), name="agenda_link_id"),
             models.Index(fields=["cid"], name="agenda_cid"),
-            models.Index(fields=["external_id"], name="agenda_external_id"),
+            models.Index(
+                fields=["external_id"], condition=~Q(external_id=""), name="agenda_external_id"
+            ),
         ]
 
     def __str__(self) -> str:
@@ -238,7 +248,7 @@ class AgendaProgress(OwnedModel):
             models.Index(fields=["state", "completed_at"], name="progress_state_completed"),
             # The progress list's default order, for a customer (staff read created_at's own).
             models.Index(fields=["customer", "-created_at"], name="progress_customer_recent"),
-            models.Index(fields=["link_id"], name="progress_link_id"),
+            models.Index(fields=["link_id"], condition=~Q(link_id=""), name="progress_link_id"),
             models.Index(fields=["cid"], name="progress_cid"),
         ]
         constraints = [
@@ -327,7 +337,7 @@ class OperationProgress(models.Model):
             # scan of every operation).
             models.Index(fields=["state", "customer", "-created_at"], name="operation_state"),
             models.Index(fields=["name", "customer", "-created_at"], name="operation_name"),
-            models.Index(fields=["link_id"], name="operation_link_id"),
+            models.Index(fields=["link_id"], condition=~Q(link_id=""), name="operation_link_id"),
         ]
         constraints = [
             models.UniqueConstraint(
@@ -449,7 +459,7 @@ class Execution(models.Model):
                 condition=~Q(pull_request=""),
                 name="execution_pull_request",
             ),
-            models.Index(fields=["link_id"], name="execution_link_id"),
+            models.Index(fields=["link_id"], condition=~Q(link_id=""), name="execution_link_id"),
         ]
 
     def __str__(self) -> str:
