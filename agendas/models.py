@@ -331,12 +331,14 @@ class OperationProgress(models.Model):
             models.Index(
                 fields=["customer", "-created_at", "position"], name="operation_customer_recent"
             ),
-            # The list's `state` and `name` filters, for staff (the leading column) and for a
-            # customer (the second), newest first: a filtered page and its capped count read
-            # the matching entries only, never the whole history (a state nobody is in was a
-            # scan of every operation).
+            # The list's `state`, `name` and `type` filters, for staff (the leading column) and
+            # for a customer (the second), newest first: a filtered page and its capped count
+            # read the matching entries only, never the whole history (a state nobody is in, or
+            # a type nobody runs, was a scan of every operation). `?cid=` reads the progress
+            # row's index: an operation's cid is its agenda's.
             models.Index(fields=["state", "customer", "-created_at"], name="operation_state"),
             models.Index(fields=["name", "customer", "-created_at"], name="operation_name"),
+            models.Index(fields=["type", "customer", "-created_at"], name="operation_type"),
             models.Index(fields=["link_id"], condition=~Q(link_id=""), name="operation_link_id"),
         ]
         constraints = [

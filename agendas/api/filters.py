@@ -50,6 +50,11 @@ class OperationProgressFilter(OwnedRowFilter):
     )
     name = django_filters.CharFilter(help_text="Exact operation name.")
     type = django_filters.CharFilter(help_text="Exact operation type.")
+    # An operation's cid is its agenda's, which the progress row's index holds.
+    cid = django_filters.CharFilter(
+        field_name="agenda_progress__cid",
+        help_text="Exact correlation id (X-POP-CID of the request that submitted the agenda).",
+    )
 
     class Meta:
         model = OperationProgress

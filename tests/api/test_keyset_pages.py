@@ -142,6 +142,8 @@ LISTS = [
     "/api/v1/operation-progress/?state=waiting",
     "/api/v1/operation-progress/?state=aborted",  # nobody: the count must not read everything
     "/api/v1/operation-progress/?name=a",
+    "/api/v1/operation-progress/?type=nobody",  # a type nobody runs: no scan to find that out
+    "/api/v1/operation-progress/?cid=nobody",
 ]
 BIG_TABLES = (
     "agendas_agenda",

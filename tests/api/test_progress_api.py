@@ -63,6 +63,26 @@ def test_operation_progress_filters_by_name_and_agenda(client, submitter, agenda
     )
 
 
+def test_operation_progress_filters_by_the_cid_and_the_type_of_your_agendas_only(
+    client, submitter, other_submitter, submit_agenda
+):
+    mine = submit_agenda(submitter, cid="req-7")
+    submit_agenda(submitter, cid="req-8")
+    submit_agenda(other_submitter, cid="req-7")  # another customer's, under the same cid
+
+    by_cid = client.get("/api/v1/operation-progress/", {"cid": "req-7"}).json()
+    by_both = client.get("/api/v1/operation-progress/", {"cid": "req-7", "type": "log"}).json()
+    nobody = client.get("/api/v1/operation-progress/", {"type": "transcode"}).json()
+
+    assert sorted((row["agenda"], row["name"]) for row in by_cid["results"]) == [
+        (str(mine.pk), "probe"),
+        (str(mine.pk), "report"),
+    ]
+    assert all(row["cid"] == "req-7" for row in by_cid["results"])
+    assert [(row["agenda"], row["type"]) for row in by_both["results"]] == [(str(mine.pk), "log")]
+    assert (nobody["count"], nobody["results"]) == (0, [])
+
+
 def test_a_worker_member_reads_no_agenda_progress(
     api_client_for, worker, submitter, agenda_in_state
 ):
