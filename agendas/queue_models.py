@@ -192,9 +192,13 @@ class CallbackDelivery(models.Model):
         db_constraint=False,  # see AGENDA_SIDE_ROWS in agendas/states/reap.py
     )
     customer = models.ForeignKey(
-        "resourcepools.Customer", on_delete=models.CASCADE, related_name="callback_deliveries"
+        "resourcepools.Customer",
+        on_delete=models.CASCADE,
+        related_name="callback_deliveries",
+        db_index=False,  # callback_customer_order leads with it
     )
-    link_id = models.CharField(max_length=255, blank=True, default="", db_index=True)
+    link_id = models.CharField(max_length=255, blank=True, default="")
+    # The agenda's, as link_id: `?cid=` reads the agenda's index (callback_delivery_filter).
     cid = models.CharField(max_length=64, blank=True, default="")
     url = models.URLField(max_length=1000)
     event = models.CharField(max_length=20)
@@ -219,6 +223,12 @@ class CallbackDelivery(models.Model):
                 name="callback_due",
             ),
             models.Index(fields=["agenda", "id"], name="callback_agenda_order"),
+            # The list, newest first, for a customer, and by `?event=` (staff: the leading
+            # column; a customer: the second) and `?link_id=` (the rows that have one): each
+            # reads the matching entries only, whatever the outbox holds.
+            models.Index(fields=["customer", "-id"], name="callback_customer_order"),
+            models.Index(fields=["event", "customer", "-id"], name="callback_event_order"),
+            models.Index(fields=["link_id"], condition=~Q(link_id=""), name="callback_link_id"),
             # The given-up deliveries /metrics counts, however many were delivered.
             models.Index(fields=["id"], condition=Q(status="failed"), name="callback_failed"),
         ]

@@ -22,7 +22,11 @@ class ScheduleFilter(OwnedRowFilter):
 
 class CallbackDeliveryFilter(django_filters.FilterSet):
     link_id = django_filters.CharFilter(help_text="Exact grouping key of the agenda.")
-    cid = django_filters.CharFilter(help_text="Exact correlation id.")
+    # A delivery's cid is its agenda's, which the agenda's index holds.
+    cid = django_filters.CharFilter(
+        field_name="agenda__cid",
+        help_text="Exact correlation id (X-POP-CID of the request that submitted the agenda).",
+    )
     customer = customer_filter()
     agenda = django_filters.UUIDFilter(field_name="agenda_id", help_text="Agenda id.")
     status = django_filters.ChoiceFilter(
