@@ -1,0 +1,66 @@
+"""The audit trail grows with every action: its list's first page and capped count read by
+index for staff and for a customer's admin, with every documented filter, whatever the trail
+holds (docs/design.md §10.4)."""
+
+import pytest
+from django.db import connection, transaction
+from django.test.utils import CaptureQueriesContext
+
+from audit.models import AuditEvent
+
+pytestmark = [
+    pytest.mark.django_db,
+    pytest.mark.skipif(connection.vendor != "postgresql", reason="query plans are PostgreSQL's"),
+]
+
+TRAIL = "audit_auditevent"
+FILTERS = [
+    "",
+    "?action=nobody",
+    "?user=nobody",
+    "?token_name=nobody",
+    "?target_type=nobody",
+    "?target_id=nobody",
+    "?customer=00000000-0000-0000-0000-000000000000",
+    "?since=2099-01-01T00:00:00Z",
+]
+
+
+@pytest.fixture
+def trail(customer, admin_member):
+    """20,000 events of the customer, all alike, analysed."""
+    table = connection.ops.quote_name(AuditEvent._meta.db_table)
+    with connection.cursor() as cursor:
+        cursor.execute(
+            f"INSERT INTO {table} (id, created_at, customer_id, user_id, username, token_name, "
+            "action, target_type, target_id, detail, cid) "
+            "SELECT gen_random_uuid(), now() - n * interval '1 second', %s, %s, %s, 'ci', "
+            "'agenda.submit', 'agendas.agenda', gen_random_uuid()::text, '{}', '' "
+            "FROM generate_series(1, 20000) AS n",
+            [customer.pk, admin_member.user.pk, admin_member.user.username],
+        )
+        cursor.execute(f"ANALYZE {table}")
+
+
+def plan_of(sql: str, *, seqscan: bool) -> str:
+    with transaction.atomic(), connection.cursor() as cursor:
+        if not seqscan:  # the plan PostgreSQL would take were the matching rows rare
+            cursor.execute("SET LOCAL enable_seqscan = off")
+        cursor.execute(f"EXPLAIN {sql}")
+        return "\n".join(row[0] for row in cursor.fetchall())
+
+
+@pytest.mark.parametrize("who", ["staff", "customer"])
+def test_the_audit_list_reads_its_page_and_its_count_by_index_with_any_filter(
+    who, trail, admin_member, staff_user, api_client_for
+):
+    caller = api_client_for(staff_user if who == "staff" else admin_member)
+    for query in FILTERS:
+        url = f"/api/v1/audit-events/{query}"
+        with CaptureQueriesContext(connection) as queries:
+            assert caller.get(url).status_code == 200, url
+        read = [q["sql"] for q in queries if TRAIL in q["sql"] and " LIMIT " in q["sql"]]
+        assert read, url
+        for sql in read:
+            plan = plan_of(sql, seqscan=not sql.startswith("SELECT COUNT(*)"))
+            assert f"Seq Scan on {TRAIL}" not in plan, f"{url} ({who}):\n{sql}\n{plan}"
