@@ -198,7 +198,7 @@ class CallbackDelivery(models.Model):
         db_index=False,  # callback_customer_order leads with it
     )
     link_id = models.CharField(max_length=255, blank=True, default="")
-    # The agenda's, as link_id: `?cid=` reads the agenda's index (callback_delivery_filter).
+    # The agenda's, as link_id: `?cid=` reads the agenda's index (CallbackDeliveryFilter).
     cid = models.CharField(max_length=64, blank=True, default="")
     url = models.URLField(max_length=1000)
     event = models.CharField(max_length=20)
