@@ -4,10 +4,10 @@ by index for staff and for a customer, with every documented filter, whatever th
 (docs/design.md §10.4)."""
 
 import pytest
-from django.db import connection, transaction
-from django.test.utils import CaptureQueriesContext
+from django.db import connection
 
 from scheduling.models import CallbackDelivery
+from tests.list_plans import assert_list_reads_by_index
 
 pytestmark = [
     pytest.mark.django_db,
@@ -44,29 +44,13 @@ def outbox(submitter, submit_agenda):
     return agenda
 
 
-def plan_of(sql: str, *, seqscan: bool) -> str:
-    with transaction.atomic(), connection.cursor() as cursor:
-        if not seqscan:  # the plan PostgreSQL would take were the matching rows rare
-            cursor.execute("SET LOCAL enable_seqscan = off")
-        cursor.execute(f"EXPLAIN {sql}")
-        return "\n".join(row[0] for row in cursor.fetchall())
-
-
 @pytest.mark.parametrize("who", ["staff", "customer"])
 def test_the_callback_list_reads_its_page_and_its_count_by_index_with_any_filter(
     who, outbox, submitter, staff_user, api_client_for
 ):
     caller = api_client_for(staff_user if who == "staff" else submitter)
     for query in FILTERS:
-        url = f"/api/v1/callback-deliveries/{query}"
-        with CaptureQueriesContext(connection) as queries:
-            assert caller.get(url).status_code == 200, url
-        read = [q["sql"] for q in queries if OUTBOX in q["sql"] and " LIMIT " in q["sql"]]
-        assert read, url
-        for sql in read:
-            counted = sql.startswith("SELECT COUNT(*)")
-            plan = plan_of(sql, seqscan=not counted)
-            assert f"Seq Scan on {OUTBOX}" not in plan, f"{url} ({who}):\n{sql}\n{plan}"
+        assert_list_reads_by_index(caller, f"/api/v1/callback-deliveries/{query}", OUTBOX)
 
 
 def test_the_callback_list_by_cid_is_the_outbox_of_the_agendas_of_that_request(

@@ -11,6 +11,7 @@ from django.test.utils import CaptureQueriesContext
 from agendas.models import Agenda
 from agendas.selectors import progress_summary
 from tests.agendas.test_covered_indexes import index_exists
+from tests.list_plans import plan_of
 from tests.migration_steps import migrate
 from tests.scheduling.conftest import clone_ready_agendas
 
@@ -63,12 +64,6 @@ def index_entries(name: str) -> int:
         assert f"Index Only Scan using {name}" in plan, plan
         cursor.execute(sql)
         return cursor.fetchone()[0]
-
-
-def plan_of(sql: str, params=None) -> str:
-    with transaction.atomic(), connection.cursor() as cursor:
-        cursor.execute(f"EXPLAIN {sql}", params)
-        return "\n".join(row[0] for row in cursor.fetchall())
 
 
 @pytest.mark.django_db
@@ -164,10 +159,7 @@ def test_an_agenda_submitted_after_a_link_id_finds_its_upstream_by_the_link_inde
 @pytest.mark.django_db
 def test_a_deleted_schedule_finds_its_agendas_by_the_schedule_index():
     sql = 'UPDATE "agendas_agenda" SET "schedule_id" = NULL WHERE "schedule_id" IN (%s)'
-    with transaction.atomic(), connection.cursor() as cursor:
-        cursor.execute("SET LOCAL enable_seqscan = off")
-        cursor.execute(f"EXPLAIN {sql}", ["00000000-0000-0000-0000-000000000000"])
-        plan = "\n".join(row[0] for row in cursor.fetchall())
+    plan = plan_of(sql, ["00000000-0000-0000-0000-000000000000"], seqscan=False)
     assert "agenda_schedule" in plan, plan
 
 
