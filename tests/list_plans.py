@@ -16,15 +16,21 @@ def plan_of(sql: str, params=None, *, seqscan: bool = True) -> str:
         return "\n".join(row[0] for row in cursor.fetchall())
 
 
-def assert_list_reads_by_index(caller, url: str, table: str) -> None:
-    """GET `url` as `caller`; neither its page nor its capped count may scan `table`. A count
-    is planned as if few rows matched: here every row may match, and reading 10,001 of them
-    in table order would be right; over a long history where few match, an index must serve
-    it."""
+def assert_list_reads_by_index(caller, url: str, tables: tuple[str, ...]) -> list[str]:
+    """GET `url` as `caller`; neither its page nor its capped count may scan any of `tables`.
+    A count is planned as if few rows matched: here every row may match, and reading 10,001
+    of them in table order would be right; over a long history where few match, an index must
+    serve it. Returns the statements read (those with a LIMIT on one of `tables`)."""
     with CaptureQueriesContext(connection) as queries:
         assert caller.get(url).status_code == 200, url
-    read = [q["sql"] for q in queries if table in q["sql"] and " LIMIT " in q["sql"]]
+    read = [
+        q["sql"]
+        for q in queries
+        if " LIMIT " in q["sql"] and any(table in q["sql"] for table in tables)
+    ]
     assert read, url
     for sql in read:
         plan = plan_of(sql, seqscan=not sql.startswith("SELECT COUNT(*)"))
-        assert f"Seq Scan on {table}" not in plan, f"{url}:\n{sql}\n{plan}"
+        scanned = [table for table in tables if f"Seq Scan on {table}" in plan]
+        assert scanned == [], f"{url} scans {scanned}:\n{sql}\n{plan}"
+    return read

@@ -50,7 +50,7 @@ def test_the_callback_list_reads_its_page_and_its_count_by_index_with_any_filter
 ):
     caller = api_client_for(staff_user if who == "staff" else submitter)
     for query in FILTERS:
-        assert_list_reads_by_index(caller, f"/api/v1/callback-deliveries/{query}", OUTBOX)
+        assert_list_reads_by_index(caller, f"/api/v1/callback-deliveries/{query}", (OUTBOX,))
 
 
 def test_the_callback_list_by_cid_is_the_outbox_of_the_agendas_of_that_request(

@@ -1,14 +1,12 @@
 """Lists at any depth (docs/design.md §10.4): offsets up to 10,000, keyset pages (`?cursor=`)
 beyond, and every big list's default ordering and filters read by index."""
 
-import re
-
 import pytest
-from django.db import connection, transaction
-from django.test.utils import CaptureQueriesContext
+from django.db import connection
 
 from agendas.models import Agenda
 from core.pagination import MAX_OFFSET
+from tests.list_plans import assert_list_reads_by_index
 from tests.scheduling.conftest import clone_ready_agendas
 
 pytestmark = pytest.mark.django_db
@@ -163,14 +161,6 @@ def history(submitter, submit_agenda):
             cursor.execute(f"ANALYZE {table}")
 
 
-def plan_of(sql: str, *, seqscan: bool = True) -> str:
-    with transaction.atomic(), connection.cursor() as cursor:
-        if not seqscan:  # the plan PostgreSQL would take were the matching rows rare
-            cursor.execute("SET LOCAL enable_seqscan = off")
-        cursor.execute(f"EXPLAIN {sql}")
-        return "\n".join(row[0] for row in cursor.fetchall())
-
-
 @postgresql_only
 @pytest.mark.parametrize("who", ["staff", "customer"])
 def test_every_big_list_reads_its_first_page_and_its_count_by_index(
@@ -178,16 +168,7 @@ def test_every_big_list_reads_its_first_page_and_its_count_by_index(
 ):
     caller = api_client_for(staff_user) if who == "staff" else client
     for url in LISTS:
-        with CaptureQueriesContext(connection) as queries:
-            assert caller.get(url).status_code == 200, url
-        counts = [q["sql"] for q in queries if q["sql"].startswith("SELECT COUNT(*) FROM (")]
+        read = assert_list_reads_by_index(caller, url, BIG_TABLES)
+        counts = [sql for sql in read if sql.startswith("SELECT COUNT(*) FROM (")]
         # A count reads at most the deepest offset page's rows, whatever the history.
         assert all(f"LIMIT {MAX_OFFSET + 1}" in sql for sql in counts), (url, counts)
-        page_queries = [q["sql"] for q in queries if re.search(r"\bLIMIT\b", q["sql"])]
-        assert page_queries, url
-        for sql in page_queries:
-            # A count: here every row matches and reading 10,001 of them in table order is
-            # right; over a long history where few match, an index must be there to serve it.
-            plan = plan_of(sql, seqscan=sql not in counts)
-            scanned = [table for table in BIG_TABLES if f"Seq Scan on {table}" in plan]
-            assert scanned == [], f"{url} ({who}) scans {scanned}:\n{sql}\n{plan}"

@@ -48,4 +48,4 @@ def test_the_audit_list_reads_its_page_and_its_count_by_index_with_any_filter(
 ):
     caller = api_client_for(staff_user if who == "staff" else admin_member)
     for query in FILTERS:
-        assert_list_reads_by_index(caller, f"/api/v1/audit-events/{query}", TRAIL)
+        assert_list_reads_by_index(caller, f"/api/v1/audit-events/{query}", (TRAIL,))
