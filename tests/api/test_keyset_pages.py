@@ -6,7 +6,7 @@ from django.db import connection
 
 from agendas.models import Agenda
 from core.pagination import MAX_OFFSET
-from tests.list_plans import assert_list_reads_by_index
+from tests.query_plans import assert_list_reads_by_index
 from tests.scheduling.conftest import clone_ready_agendas
 
 pytestmark = pytest.mark.django_db

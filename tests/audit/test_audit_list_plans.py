@@ -6,7 +6,7 @@ import pytest
 from django.db import connection
 
 from audit.models import AuditEvent
-from tests.list_plans import assert_list_reads_by_index
+from tests.query_plans import assert_list_reads_by_index
 
 pytestmark = [
     pytest.mark.django_db,

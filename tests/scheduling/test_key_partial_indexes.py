@@ -5,14 +5,14 @@ a full index took an entry for each of them — for the progress row at each of 
 state changes — all into one ever-growing run of equal keys."""
 
 import pytest
-from django.db import connection, transaction
+from django.db import connection
 from django.test.utils import CaptureQueriesContext
 
 from agendas.models import Agenda
 from agendas.selectors import progress_summary
 from tests.agendas.test_covered_indexes import index_exists
-from tests.list_plans import plan_of
 from tests.migration_steps import migrate
+from tests.query_plans import partial_index_entries, plan_of
 from tests.scheduling.conftest import clone_ready_agendas
 
 BEFORE = [("agendas", "0031_fill_queue_after")]
@@ -53,17 +53,8 @@ def predicates() -> dict[str, str]:
 
 
 def index_entries(name: str) -> int:
-    """The entries of a partial index, read from the index alone (an index-only scan)."""
     table, column = INDEXED[name]
-    sql = f"SELECT count({column}) FROM {table} WHERE {PREDICATES[name]}"
-    with transaction.atomic(), connection.cursor() as cursor:
-        cursor.execute("SET LOCAL enable_seqscan = off")
-        cursor.execute("SET LOCAL enable_bitmapscan = off")
-        cursor.execute(f"EXPLAIN {sql}")
-        plan = "\n".join(row[0] for row in cursor.fetchall())
-        assert f"Index Only Scan using {name}" in plan, plan
-        cursor.execute(sql)
-        return cursor.fetchone()[0]
+    return partial_index_entries(name, table, column, PREDICATES[name])
 
 
 @pytest.mark.django_db

@@ -11,6 +11,7 @@ from agendas.models import AgendaProgress
 from agendas.states import bulk
 from tests.agendas.test_covered_indexes import index_exists
 from tests.migration_steps import migrate
+from tests.query_plans import partial_index_entries
 
 BEFORE = [("agendas", "0029_covered_foreign_key_indexes")]
 AFTER = [("agendas", "0030_progress_partial_indexes")]
@@ -23,23 +24,12 @@ pytestmark = pytest.mark.skipif(
 
 
 def _index_entries(name: str) -> int:
-    """The entries of an index, read from the index alone (an index-only scan of it)."""
-    column, table, predicate = {
-        "progress_pending_run_after": ("run_after", "agendas_agendaprogress", "state = 'pending'"),
-        "progress_current_execution": (
-            "current_execution_id",
-            "agendas_agendaprogress",
-            "current_execution_id IS NOT NULL",
-        ),
+    """The entries of one of the two partial indexes, read from the index alone."""
+    column, predicate = {
+        "progress_pending_run_after": ("run_after", "state = 'pending'"),
+        "progress_current_execution": ("current_execution_id", "current_execution_id IS NOT NULL"),
     }[name]
-    with connection.cursor() as cursor:
-        cursor.execute("SET LOCAL enable_seqscan = off")
-        cursor.execute("SET LOCAL enable_bitmapscan = off")
-        cursor.execute(f"EXPLAIN SELECT count({column}) FROM {table} WHERE {predicate}")
-        plan = "\n".join(row[0] for row in cursor.fetchall())
-        assert name in plan, plan
-        cursor.execute(f"SELECT count({column}) FROM {table} WHERE {predicate}")
-        return cursor.fetchone()[0]
+    return partial_index_entries(name, "agendas_agendaprogress", column, predicate)
 
 
 @pytest.mark.django_db

@@ -1,6 +1,6 @@
-"""Query plans for the tests that hold a list's cost to the rows it shows (docs/design.md
-§10.4): PostgreSQL's EXPLAIN of a captured statement, and the check that a list's page and
-capped count read a big table by index whatever it holds."""
+"""Query plans for the tests that hold a read's cost to the rows it needs (docs/design.md
+§10.4): PostgreSQL's EXPLAIN of a captured statement, the check that a list's page and capped
+count read the big tables by index whatever they hold, and the entries of a partial index."""
 
 from django.db import connection, transaction
 from django.test.utils import CaptureQueriesContext
@@ -34,3 +34,17 @@ def assert_list_reads_by_index(caller, url: str, tables: tuple[str, ...]) -> lis
         scanned = [table for table in tables if f"Seq Scan on {table}" in plan]
         assert scanned == [], f"{url} scans {scanned}:\n{sql}\n{plan}"
     return read
+
+
+def partial_index_entries(index: str, table: str, column: str, predicate: str) -> int:
+    """The entries of the partial index `index` (on `table`, holding `column`, WHERE
+    `predicate`), read from the index alone: an index-only scan of it, checked in the plan."""
+    sql = f"SELECT count({column}) FROM {table} WHERE {predicate}"
+    with transaction.atomic(), connection.cursor() as cursor:
+        cursor.execute("SET LOCAL enable_seqscan = off")
+        cursor.execute("SET LOCAL enable_bitmapscan = off")
+        cursor.execute(f"EXPLAIN {sql}")
+        plan = "\n".join(row[0] for row in cursor.fetchall())
+        assert f"Index Only Scan using {index}" in plan, plan
+        cursor.execute(sql)
+        return cursor.fetchone()[0]
