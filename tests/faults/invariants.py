@@ -12,7 +12,8 @@ empty. The invariants:
 3. no operation ran after its execution ended: every run started inside an execution its worker
    held (matched by agenda and worker: the latest one begun before the run) and before that
    execution ended (or was reclaimed), and ended before it too, unless the worker was frozen
-   when its execution ended (it could not notice), and then within RESUME_GRACE of resuming;
+   when its execution ended (it could not notice), and then within RESUME_GRACE of resuming
+   (a start it had decided before the freeze may land within RESUME_START_GRACE of resuming);
    no operation ran twice within one execution;
 4. queue rows agree with states: a ready row only for a `ready` agenda, a queued row only for a
    `queued` one;
@@ -33,6 +34,10 @@ from tests.faults.stack import Stack
 
 CLOCK_TOLERANCE = 0.25  # the workers and PostgreSQL share this machine's clock
 RESUME_GRACE = 1.0  # a frozen worker cancels what it was running this soon after resuming
+# A start the worker decided, on a fresh lease, just before it was frozen lands this soon after
+# it resumes: no check-then-start is atomic against SIGSTOP. Such a run must then end within
+# RESUME_GRACE, like the rest.
+RESUME_START_GRACE = 0.5
 RECOVERY_SECONDS = 5.0
 
 
@@ -165,6 +170,18 @@ def no_run_outside_its_execution(
         ]
         return max(begun, key=lambda row: row.started) if begun else None
 
+    def late_of(run: dict, execution: ExecutionRow, grace: float) -> float | None:
+        """How long after its execution ended this run began or ended, or None if in time: by
+        the clocks' tolerance, or within `grace` of resuming if its worker was frozen when the
+        execution ended (a frozen process cannot notice, nor stop a step it had begun)."""
+        if execution.ended is None or run["at"] <= execution.ended + CLOCK_TOLERANCE:
+            return None
+        for freeze in freezes:
+            if freeze.worker == run["worker"] and freeze.start <= execution.ended <= freeze.end:
+                if run["at"] <= freeze.end + grace:
+                    return None
+        return run["at"] - execution.ended
+
     found = []
     unmatched, late_starts, twice = 0, [], 0
     seen: set[tuple[str, str]] = set()
@@ -173,8 +190,8 @@ def no_run_outside_its_execution(
         if execution is None:
             unmatched += 1
             continue
-        if execution.ended is not None and run["at"] > execution.ended + CLOCK_TOLERANCE:
-            late = run["at"] - execution.ended
+        late = late_of(run, execution, RESUME_START_GRACE)
+        if late is not None:
             late_starts.append(f"{run['worker']} {run['operation']} +{late:.2f}s")
         if (execution.id, run["operation"]) in seen:
             twice += 1
@@ -185,17 +202,9 @@ def no_run_outside_its_execution(
         if execution is None:
             unmatched += 1
             continue
-        if execution.ended is None or run["at"] <= execution.ended + CLOCK_TOLERANCE:
-            continue
-        frozen = [
-            freeze
-            for freeze in freezes
-            if freeze.worker == run["worker"] and freeze.start <= execution.ended <= freeze.end
-        ]
-        if frozen and run["at"] <= frozen[0].end + RESUME_GRACE:
-            continue
-        late = run["at"] - execution.ended
-        late_ends.append(f"{run['worker']} {run['operation']} +{late:.2f}s")
+        late = late_of(run, execution, RESUME_GRACE)
+        if late is not None:
+            late_ends.append(f"{run['worker']} {run['operation']} +{late:.2f}s")
     if unmatched:
         found.append(f"{unmatched} run record(s) match no execution held by their worker")
     if late_starts:

@@ -68,6 +68,19 @@ def test_a_run_past_its_execution_end_is_allowed_only_briefly_after_a_freeze(tmp
     assert len(no_run_outside_its_execution(stack, rows, [])) == 1
 
 
+def test_a_start_decided_before_a_freeze_may_land_only_just_after_the_resume(tmp_path):
+    stack = CannedStack(tmp_path)
+    start = {"agenda": "a1", "operation": "first", "worker": "w1", "at": 111.3}
+    stack.log_runs(start, {**start, "event": "end", "at": 111.4})
+    rows = [_execution(outcome="reclaimed")]
+
+    assert no_run_outside_its_execution(stack, rows, [Freeze("w1", 104.0, 111.0)]) == []
+    late = no_run_outside_its_execution(stack, rows, [Freeze("w1", 104.0, 110.5)])
+    assert late == ["operations started after their execution ended: ['w1 first +1.30s']"]
+    unfrozen = no_run_outside_its_execution(stack, rows, [Freeze("w2", 104.0, 111.0)])
+    assert unfrozen[0] == "operations started after their execution ended: ['w1 first +1.30s']"
+
+
 def test_a_run_no_execution_of_its_worker_explains_and_a_repeated_run_are_named(tmp_path):
     stack = CannedStack(tmp_path)
     run = {"agenda": "a1", "operation": "first", "worker": "w1", "at": 101.0}
