@@ -63,6 +63,7 @@ class LaneFill:
         self.order: list[int] = []
         self.turns: fairness.Turns | None = None
         self.index_done = False
+        self.default_seconds = states.DEFAULT_COST_SECONDS  # kept by `_read_page`
         self.after: tuple[float, object] | None = None
         if self.algorithm == Insight.Algorithm.FAIR_SHARE:
             _rebase_if_due(insight, info, now=now)
@@ -97,8 +98,7 @@ class LaneFill:
         (what work on this insight usually takes), else states.DEFAULT_COST_SECONDS."""
         if lane.mean_seconds is not None:
             return lane.mean_seconds
-        known = [other.mean_seconds for other in self.lanes if other.mean_seconds is not None]
-        return sum(known) / len(known) if known else states.DEFAULT_COST_SECONDS
+        return self.default_seconds
 
     def _fair_lane(self, lane: LaneState) -> fairness.Lane:
         may_take = min(lane.may_take, len(lane.rows)) if lane.exhausted else lane.may_take
@@ -151,6 +151,9 @@ class LaneFill:
                     may_take=may_take,
                 )
             )
+        known = [lane.mean_seconds for lane in self.lanes if lane.mean_seconds is not None]
+        if known:
+            self.default_seconds = sum(known) / len(known)
 
 
 def lanes_page(insight_id: object, after: tuple | None, size: int) -> list[tuple]:

@@ -117,6 +117,23 @@ def test_fair_share_charges_the_customers_running_mean_when_no_cost_is_declared(
     assert lane_of(customer, insight).served == pytest.approx(8.0)
 
 
+def test_fair_share_charges_a_newcomer_the_mean_of_the_lanes_read_that_have_one(
+    submitter, other_submitter, submit_agenda, insight, customer, other_customer, fill
+):
+    insight.scheduling_algorithm = Insight.Algorithm.FAIR_SHARE
+    insight.queue_size = 100
+    insight.save()
+    CustomerLane.objects.create(insight=insight, customer=customer, active=False, mean_seconds=6)
+    submit_agenda(submitter)
+    submit_agenda(other_submitter)  # its customer has never run anything here
+
+    fill(insight)
+
+    newcomer = lane_of(other_customer, insight)
+    assert (newcomer.served, newcomer.pending_charge) == (pytest.approx(6.0), pytest.approx(6.0))
+    assert lane_of(customer, insight).served == pytest.approx(6.0)
+
+
 def test_fair_share_corrects_each_second_charged_once_however_the_estimate_moved_meanwhile(
     submitter, submit_agenda, insight, customer, fill, pull, report
 ):
