@@ -56,6 +56,7 @@ class AgendaDependency(models.Model):
         on_delete=models.CASCADE,
         related_name="upstream_links",
         db_constraint=False,  # see AGENDA_SIDE_ROWS in agendas/states/reap.py
+        db_index=False,  # agenda_dependency_once leads with it
     )
     # Its index serves the release: the waiters of one upstream, never a scan.
     upstream = models.ForeignKey(

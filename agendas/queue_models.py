@@ -109,7 +109,10 @@ class CustomerLane(models.Model):
     (docs/design.md §6.1)."""
 
     insight = models.ForeignKey(
-        "resourcepools.Insight", on_delete=models.CASCADE, related_name="customer_lanes"
+        "resourcepools.Insight",
+        on_delete=models.CASCADE,
+        related_name="customer_lanes",
+        db_index=False,  # lane_of_customer leads with it
     )
     customer = models.ForeignKey(
         "resourcepools.Customer", on_delete=models.CASCADE, related_name="customer_lanes"
@@ -190,6 +193,7 @@ class CallbackDelivery(models.Model):
         on_delete=models.CASCADE,
         related_name="callback_deliveries",
         db_constraint=False,  # see AGENDA_SIDE_ROWS in agendas/states/reap.py
+        db_index=False,  # callback_agenda_order leads with it
     )
     customer = models.ForeignKey(
         "resourcepools.Customer",

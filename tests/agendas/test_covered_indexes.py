@@ -1,16 +1,26 @@
-"""The tables every agenda writes keep no index that another one covers: a plain index whose
-columns (and operator classes) begin another index of the same table answers no question the
-longer one cannot, and costs a write at every insert and every non-HOT update. Migration 0029
-drops the four foreign-key indexes that were covered (docs/decisions.md)."""
+"""The tables every agenda writes, and those its fills, callbacks and waits write, keep no index
+that another one covers: a plain index whose columns (and operator classes) begin another
+index of the same table answers no question the longer one cannot, and costs a write at every
+insert and every non-HOT update. Migrations 0029 and 0035 drop the foreign-key indexes that
+were covered (docs/decisions.md)."""
 
 import pytest
 from django.db import connection
 
-from agendas.models import Agenda, AgendaProgress, Execution, OperationProgress
-from scheduling.models import QueuedAgenda, ReadyAgenda
+from agendas.models import (
+    Agenda,
+    AgendaDependency,
+    AgendaProgress,
+    CallbackDelivery,
+    Execution,
+    OperationProgress,
+)
+from scheduling.models import CustomerLane, QueuedAgenda, ReadyAgenda
 from tests.migration_steps import migrate
 
 HOT = (Agenda, AgendaProgress, OperationProgress, Execution, ReadyAgenda, QueuedAgenda)
+# Written by every fill (a lane for each customer it serves), callback and wait.
+ALSO_WRITTEN = (CustomerLane, CallbackDelivery, AgendaDependency)
 BEFORE = [("agendas", "0028_progress_last_execution_number")]
 AFTER = [("agendas", "0029_covered_foreign_key_indexes")]
 DROPPED = {
@@ -61,6 +71,11 @@ def test_no_index_of_the_tables_every_agenda_writes_is_covered_by_another():
 
 
 @pytest.mark.django_db
+def test_no_index_of_the_lanes_the_callback_outbox_or_the_waits_is_covered_by_another():
+    assert covered_indexes(ALSO_WRITTEN) == []
+
+
+@pytest.mark.django_db
 def test_the_covered_index_check_finds_an_index_that_is():
     with connection.cursor() as cursor:
         cursor.execute('CREATE INDEX "probe_queue_insight" ON scheduling_queuedagenda (insight_id)')
@@ -91,3 +106,35 @@ def test_the_migration_drops_only_the_covered_indexes_and_its_reverse_builds_the
     migrate(BEFORE)
 
     assert all(index_exists(name) for name in DROPPED)
+
+
+LATER_BEFORE = [("agendas", "0034_callback_list_indexes")]
+LATER_AFTER = [("agendas", "0035_covered_lane_outbox_wait_indexes")]
+LATER_DROPPED = {
+    "scheduling_customerlane_insight_id_4ab7d67f",
+    "scheduling_callbackdelivery_agenda_id_21980546",
+    "agendas_agendadependency_waiter_id_521d3137",
+}
+
+
+@pytest.mark.django_db(transaction=True)
+@pytest.mark.usefixtures("back_to_the_latest_schema")
+def test_the_later_migration_drops_the_lane_outbox_and_wait_indexes_and_keeps_the_lanes_key():
+    migrate(LATER_BEFORE)
+    assert {name for name, _ in covered_indexes(ALSO_WRITTEN)} == LATER_DROPPED
+
+    migrate(LATER_AFTER)
+
+    assert not any(index_exists(name) for name in LATER_DROPPED)
+    assert covered_indexes(ALSO_WRITTEN) == []
+    with connection.cursor() as cursor:
+        cursor.execute(
+            "SELECT count(*) FROM pg_constraint WHERE contype = 'f' "
+            "AND conrelid = 'scheduling_customerlane'::regclass "
+            "AND confrelid = 'resourcepools_insight'::regclass"
+        )
+        assert cursor.fetchone()[0] == 1
+
+    migrate(LATER_BEFORE)
+
+    assert all(index_exists(name) for name in LATER_DROPPED)
