@@ -281,8 +281,9 @@ class AgendaProgressAdmin(ReadOnlyMixin, BigTableAdmin):
         "updated_at",
     ]
     list_filter = ["state", CustomerFilter, "abort_requested", "pause_requested"]
-    search_fields = ["agenda__id", "link_id", "cid"]
-    search_help_text = "The agenda's id (or its first 8+ digits), link id or cid, exactly."
+    # Not cid: it is the agenda's, indexed there only (find the agenda by it first).
+    search_fields = ["agenda__id", "link_id"]
+    search_help_text = "The agenda's id (or its first 8+ digits) or link id, exactly."
     sortable_by = ["agenda_id"]
     list_select_related = ["customer"]
     inlines = [OperationProgressInline]

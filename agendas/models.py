@@ -249,7 +249,7 @@ class AgendaProgress(OwnedModel):
             # The progress list's default order, for a customer (staff read created_at's own).
             models.Index(fields=["customer", "-created_at"], name="progress_customer_recent"),
             models.Index(fields=["link_id"], condition=~Q(link_id=""), name="progress_link_id"),
-            models.Index(fields=["cid"], name="progress_cid"),
+            # No index on cid: it is the agenda's, and `?cid=` reads the agenda's `agenda_cid`.
         ]
         constraints = [
             models.CheckConstraint(
@@ -334,8 +334,8 @@ class OperationProgress(models.Model):
             # The list's `state`, `name` and `type` filters, for staff (the leading column) and
             # for a customer (the second), newest first: a filtered page and its capped count
             # read the matching entries only, never the whole history (a state nobody is in, or
-            # a type nobody runs, was a scan of every operation). `?cid=` reads the progress
-            # row's index: an operation's cid is its agenda's.
+            # a type nobody runs, was a scan of every operation). `?cid=` reads the agenda's
+            # index: an operation's cid is its agenda's.
             models.Index(fields=["state", "customer", "-created_at"], name="operation_state"),
             models.Index(fields=["name", "customer", "-created_at"], name="operation_name"),
             models.Index(fields=["type", "customer", "-created_at"], name="operation_type"),

@@ -36,6 +36,31 @@ def assert_list_reads_by_index(caller, url: str, tables: tuple[str, ...]) -> lis
     return read
 
 
+def pages_read(sql: str, params=None) -> int:
+    """Shared buffers (hit or read) the statement touches when run, from EXPLAIN (ANALYZE,
+    BUFFERS) in a transaction rolled back."""
+    with transaction.atomic(), connection.cursor() as cursor:
+        cursor.execute(f"EXPLAIN (ANALYZE, BUFFERS, FORMAT JSON) {sql}", params)
+        plan = cursor.fetchone()[0]
+        top = (plan[0] if isinstance(plan, list) else plan)["Plan"]
+        transaction.set_rollback(True)
+    return top.get("Shared Hit Blocks", 0) + top.get("Shared Read Blocks", 0)
+
+
+def assert_no_match_reads_few_pages(caller, url: str, tables: tuple[str, ...], most: int = 20):
+    """GET `url` (a filter no row matches) as `caller`: each statement on `tables` it sends
+    touches at most `most` pages. An index scan in another order that filters every row it
+    passes (no Seq Scan, so `assert_list_reads_by_index` lets it by) reads the whole history
+    to find that nothing matches; a read of the filter's own index finds it at once."""
+    with CaptureQueriesContext(connection) as queries:
+        assert caller.get(url).status_code == 200, url
+    read = [q["sql"] for q in queries if any(table in q["sql"] for table in tables)]
+    assert read, url
+    for sql in read:
+        pages = pages_read(sql)
+        assert pages <= most, f"{url} reads {pages} pages to match nothing:\n{sql}"
+
+
 def partial_index_entries(index: str, table: str, column: str, predicate: str) -> int:
     """The entries of the partial index `index` (on `table`, holding `column`, WHERE
     `predicate`), read from the index alone: an index-only scan of it, checked in the plan."""

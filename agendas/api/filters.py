@@ -32,6 +32,12 @@ class AgendaProgressFilter(OwnedRowFilter):
     external_id = django_filters.CharFilter(
         field_name="agenda__external_id", help_text="Exact external id of the agenda."
     )
+    # A progress row's cid is its agenda's: the agenda's index holds it, written once, where
+    # one on the progress row took an entry at each of its never-HOT state changes.
+    cid = django_filters.CharFilter(
+        field_name="agenda__cid",
+        help_text="Exact correlation id (X-POP-CID of the request that submitted the agenda).",
+    )
 
     class Meta:
         model = AgendaProgress
@@ -50,9 +56,9 @@ class OperationProgressFilter(OwnedRowFilter):
     )
     name = django_filters.CharFilter(help_text="Exact operation name.")
     type = django_filters.CharFilter(help_text="Exact operation type.")
-    # An operation's cid is its agenda's, which the progress row's index holds.
+    # An operation's cid is its agenda's, which the agenda's index holds.
     cid = django_filters.CharFilter(
-        field_name="agenda_progress__cid",
+        field_name="agenda_progress__agenda__cid",
         help_text="Exact correlation id (X-POP-CID of the request that submitted the agenda).",
     )
 

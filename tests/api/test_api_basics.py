@@ -216,3 +216,26 @@ def test_every_list_answers_a_malformed_filter_with_400_naming_it(client, path, 
 
     assert response.status_code == 400
     assert list(response.json()) == [parameter]
+
+
+def test_the_progress_and_operation_lists_find_an_agendas_rows_by_its_correlation_id(
+    client, other_client, customer, operations
+):
+    def submit(caller, cid: str) -> str:
+        answer = caller.post(
+            "/api/v1/agendas/", {"operations": operations}, format="json", HTTP_X_POP_CID=cid
+        )
+        assert answer.status_code == 201
+        return answer.json()["id"]
+
+    wanted = submit(client, "req-1")
+    submit(client, "req-2")
+    submit(other_client, "req-1")  # another customer's, under the same cid
+
+    progress = client.get("/api/v1/agenda-progress/?cid=req-1").json()["results"]
+    found = client.get("/api/v1/operation-progress/?cid=req-1").json()["results"]
+
+    assert [row["agenda"] for row in progress] == [wanted]
+    assert {row["agenda"] for row in found} == {wanted}
+    assert len(found) == len(operations)
+    assert client.get("/api/v1/agenda-progress/?cid=req-9").json()["results"] == []

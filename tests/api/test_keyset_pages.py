@@ -6,7 +6,7 @@ from django.db import connection
 
 from agendas.models import Agenda
 from core.pagination import MAX_OFFSET
-from tests.query_plans import assert_list_reads_by_index
+from tests.query_plans import assert_list_reads_by_index, assert_no_match_reads_few_pages
 from tests.scheduling.conftest import clone_ready_agendas
 
 pytestmark = pytest.mark.django_db
@@ -136,6 +136,7 @@ LISTS = [
     "/api/v1/agendas/?ordering=-priority",
     "/api/v1/agenda-progress/",
     "/api/v1/agenda-progress/?state=ready",
+    "/api/v1/agenda-progress/?cid=nobody",
     "/api/v1/operation-progress/",
     "/api/v1/operation-progress/?state=waiting",
     "/api/v1/operation-progress/?state=aborted",  # nobody: the count must not read everything
@@ -172,3 +173,13 @@ def test_every_big_list_reads_its_first_page_and_its_count_by_index(
         counts = [sql for sql in read if sql.startswith("SELECT COUNT(*) FROM (")]
         # A count reads at most the deepest offset page's rows, whatever the history.
         assert all(f"LIMIT {MAX_OFFSET + 1}" in sql for sql in counts), (url, counts)
+
+
+@postgresql_only
+@pytest.mark.parametrize("who", ["staff", "customer"])
+def test_a_filter_no_agenda_matches_reads_a_few_pages_not_the_history(
+    who, history, client, staff_user, api_client_for
+):
+    caller = api_client_for(staff_user) if who == "staff" else client
+    for url in [url for url in LISTS if "nobody" in url or "aborted" in url]:
+        assert_no_match_reads_few_pages(caller, url, BIG_TABLES)
