@@ -6,8 +6,10 @@ by index for staff and for a customer, with every documented filter, whatever th
 import pytest
 from django.db import connection
 
+from agendas.models import Agenda
 from scheduling.models import CallbackDelivery
-from tests.query_plans import assert_list_reads_by_index
+from tests.query_plans import assert_list_reads_by_index, assert_no_match_reads_few_pages
+from tests.scheduling.conftest import clone_ready_agendas
 
 pytestmark = [
     pytest.mark.django_db,
@@ -29,18 +31,22 @@ FILTERS = [
 
 @pytest.fixture
 def outbox(submitter, submit_agenda):
-    """20,000 delivered callbacks of one agenda of the customer, analysed."""
+    """20,000 delivered callbacks of the customer, four for each of 5,000 agendas (an agenda
+    announces a few states, so the planner sees what an outbox holds), analysed."""
     agenda = submit_agenda(submitter, link_id="show", cid="request-1")
+    clone_ready_agendas(agenda, 4_999)
     table = connection.ops.quote_name(CallbackDelivery._meta.db_table)
+    agendas = connection.ops.quote_name(Agenda._meta.db_table)
     with connection.cursor() as cursor:
         cursor.execute(
             f"INSERT INTO {table} (agenda_id, customer_id, link_id, cid, url, event, body, "
             "attempts, next_attempt_at, status, last_error, created_at, updated_at) "
-            "SELECT %s, %s, 'show', 'request-1', 'https://hooks.example.com/', 'succeeded', "
-            "'{}', 1, now(), 'delivered', '', now(), now() FROM generate_series(1, 20000)",
-            [agenda.pk, agenda.customer_id],
+            "SELECT a.id, a.customer_id, 'show', 'request-1', 'https://hooks.example.com/', "
+            "'succeeded', '{}', 1, now(), 'delivered', '', now(), now() "
+            f"FROM {agendas} a CROSS JOIN generate_series(1, 4)",
         )
         cursor.execute(f"ANALYZE {table}")
+        cursor.execute(f"ANALYZE {agendas}")
     return agenda
 
 
@@ -51,6 +57,16 @@ def test_the_callback_list_reads_its_page_and_its_count_by_index_with_any_filter
     caller = api_client_for(staff_user if who == "staff" else submitter)
     for query in FILTERS:
         assert_list_reads_by_index(caller, f"/api/v1/callback-deliveries/{query}", (OUTBOX,))
+
+
+@pytest.mark.parametrize("who", ["staff", "customer"])
+def test_a_callback_filter_no_delivery_matches_reads_a_few_pages_not_the_outbox(
+    who, outbox, submitter, staff_user, api_client_for
+):
+    caller = api_client_for(staff_user if who == "staff" else submitter)
+    for query in [query for query in FILTERS if "nobody" in query or "0000" in query]:
+        url = f"/api/v1/callback-deliveries/{query}"
+        assert_no_match_reads_few_pages(caller, url, (OUTBOX, "agendas_agenda"))
 
 
 def test_the_callback_list_by_cid_is_the_outbox_of_the_agendas_of_that_request(

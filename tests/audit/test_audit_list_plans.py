@@ -6,7 +6,7 @@ import pytest
 from django.db import connection
 
 from audit.models import AuditEvent
-from tests.query_plans import assert_list_reads_by_index
+from tests.query_plans import assert_list_reads_by_index, assert_no_match_reads_few_pages
 
 pytestmark = [
     pytest.mark.django_db,
@@ -49,3 +49,12 @@ def test_the_audit_list_reads_its_page_and_its_count_by_index_with_any_filter(
     caller = api_client_for(staff_user if who == "staff" else admin_member)
     for query in FILTERS:
         assert_list_reads_by_index(caller, f"/api/v1/audit-events/{query}", (TRAIL,))
+
+
+@pytest.mark.parametrize("who", ["staff", "customer"])
+def test_an_audit_filter_no_event_matches_reads_a_few_pages_not_the_trail(
+    who, trail, admin_member, staff_user, api_client_for
+):
+    caller = api_client_for(staff_user if who == "staff" else admin_member)
+    for query in FILTERS[1:]:
+        assert_no_match_reads_few_pages(caller, f"/api/v1/audit-events/{query}", (TRAIL,))
