@@ -83,31 +83,6 @@ def test_the_covered_index_check_finds_an_index_that_is():
     assert covered_indexes([QueuedAgenda]) == [("probe_queue_insight", "queue_order")]
 
 
-@pytest.mark.django_db(transaction=True)
-@pytest.mark.usefixtures("back_to_the_latest_schema")
-def test_the_migration_drops_only_the_covered_indexes_and_its_reverse_builds_them_again():
-    migrate(BEFORE)
-    assert all(index_exists(name) for name in DROPPED)
-    assert {name for name, _ in covered_indexes(HOT)} == DROPPED
-
-    migrate(AFTER)
-
-    assert not any(index_exists(name) for name in DROPPED)
-    assert covered_indexes(HOT) == []
-    # The foreign keys themselves stay (the queue tables' insight constraints included).
-    with connection.cursor() as cursor:
-        cursor.execute(
-            "SELECT count(*) FROM pg_constraint WHERE contype = 'f' "
-            "AND conrelid = ANY(%s::regclass[]) AND confrelid = 'resourcepools_insight'::regclass",
-            [["scheduling_queuedagenda", "scheduling_readyagenda"]],
-        )
-        assert cursor.fetchone()[0] == 2
-
-    migrate(BEFORE)
-
-    assert all(index_exists(name) for name in DROPPED)
-
-
 LATER_BEFORE = [("agendas", "0034_callback_list_indexes")]
 LATER_AFTER = [("agendas", "0035_covered_lane_outbox_wait_indexes")]
 LATER_DROPPED = {
@@ -115,26 +90,42 @@ LATER_DROPPED = {
     "scheduling_callbackdelivery_agenda_id_21980546",
     "agendas_agendadependency_waiter_id_521d3137",
 }
+# (before, after, tables read, indexes it drops, tables whose insight constraint stays)
+MIGRATIONS = [
+    (BEFORE, AFTER, HOT, DROPPED, ["scheduling_queuedagenda", "scheduling_readyagenda"]),
+    (LATER_BEFORE, LATER_AFTER, ALSO_WRITTEN, LATER_DROPPED, ["scheduling_customerlane"]),
+]
+
+
+def insight_constraints(tables: list[str]) -> int:
+    with connection.cursor() as cursor:
+        cursor.execute(
+            "SELECT count(*) FROM pg_constraint WHERE contype = 'f' "
+            "AND conrelid = ANY(%s::regclass[]) AND confrelid = 'resourcepools_insight'::regclass",
+            [tables],
+        )
+        return cursor.fetchone()[0]
 
 
 @pytest.mark.django_db(transaction=True)
 @pytest.mark.usefixtures("back_to_the_latest_schema")
-def test_the_later_migration_drops_the_lane_outbox_and_wait_indexes_and_keeps_the_lanes_key():
-    migrate(LATER_BEFORE)
-    assert {name for name, _ in covered_indexes(ALSO_WRITTEN)} == LATER_DROPPED
+@pytest.mark.parametrize(
+    "before, after, tables, dropped, constrained", MIGRATIONS, ids=["0029", "0035"]
+)
+def test_each_migration_drops_only_the_covered_indexes_and_its_reverse_builds_them_again(
+    before, after, tables, dropped, constrained
+):
+    migrate(before)
+    assert all(index_exists(name) for name in dropped)
+    assert {name for name, _ in covered_indexes(tables)} == dropped
 
-    migrate(LATER_AFTER)
+    migrate(after)
 
-    assert not any(index_exists(name) for name in LATER_DROPPED)
-    assert covered_indexes(ALSO_WRITTEN) == []
-    with connection.cursor() as cursor:
-        cursor.execute(
-            "SELECT count(*) FROM pg_constraint WHERE contype = 'f' "
-            "AND conrelid = 'scheduling_customerlane'::regclass "
-            "AND confrelid = 'resourcepools_insight'::regclass"
-        )
-        assert cursor.fetchone()[0] == 1
+    assert not any(index_exists(name) for name in dropped)
+    assert covered_indexes(tables) == []
+    # The foreign keys themselves stay (the queue tables' and lanes' insight constraints).
+    assert insight_constraints(constrained) == len(constrained)
 
-    migrate(LATER_BEFORE)
+    migrate(before)
 
-    assert all(index_exists(name) for name in LATER_DROPPED)
+    assert all(index_exists(name) for name in dropped)
