@@ -393,7 +393,7 @@ class Execution(models.Model):
         "resourcepools.Insight",
         on_delete=models.PROTECT,
         related_name="executions",
-        db_index=False,  # execution_insight_window leads with it
+        db_index=False,  # execution_insight_started leads with it
     )
     worker = models.CharField(max_length=200, blank=True, default="")
     # "<user id>:<request id>" of the pull that leased it: a repeated pull with the same id
@@ -433,8 +433,14 @@ class Execution(models.Model):
             ),
             # What ended lately, per insight and per customer, by outcome (alert rule windows):
             # counted from the index alone, without visiting the rows of a long history.
+            # An open execution has no end to count by: the insight's window holds the ended
+            # ones only (its insert writes no entry there); the insight's own equality (the
+            # PROTECT check of a deleted insight) reads execution_insight_started. The
+            # customer's window stays whole: it is the customer's delete cascade's index.
             models.Index(
-                fields=["insight", "ended_at", "outcome"], name="execution_insight_window"
+                fields=["insight", "ended_at", "outcome"],
+                name="execution_insight_window",
+                condition=Q(ended_at__isnull=False),
             ),
             models.Index(
                 fields=["customer", "ended_at", "outcome"], name="execution_customer_window"

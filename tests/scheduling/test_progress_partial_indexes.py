@@ -1,7 +1,9 @@
 """Two progress indexes hold only the rows they are asked about (migration agendas 0030,
 docs/decisions.md): the promote's pending rows by `run_after`, and the executing rows that
 point at an execution. A progress row's updates are never HOT, so every full index of the table
-takes an entry at each step of every agenda; these two take one, at the claim."""
+takes an entry at each step of every agenda; these two take one, at the claim. Likewise the
+insight's window of executions holds the ended ones only (migration agendas 0037): an
+execution's insert writes no entry there."""
 
 import pytest
 from django.db import connection
@@ -105,3 +107,27 @@ def test_the_migration_swaps_the_full_indexes_for_partial_ones_and_its_reverse_s
 
     assert all(index_exists(name) for name in FULL)
     assert not any(index_exists(name) for name in PARTIAL)
+
+
+@pytest.mark.django_db
+def test_an_open_execution_writes_no_entry_in_its_insights_window_and_an_ended_one_does(
+    submitter, submit_agenda, insight, pull, report
+):
+    for _ in range(3):
+        submit_agenda(submitter)
+    first, *rest = pull(insight, count=3)
+
+    def window_entries() -> int:
+        return partial_index_entries(
+            "execution_insight_window", "agendas_execution", "insight_id", "ended_at IS NOT NULL"
+        )
+
+    with connection.cursor() as cursor:
+        cursor.execute(
+            "SELECT pg_get_expr(indpred, indrelid) FROM pg_index "
+            "WHERE indexrelid = 'execution_insight_window'::regclass"
+        )
+        assert cursor.fetchone()[0] == "(ended_at IS NOT NULL)"
+    assert window_entries() == 0  # three open executions
+    report(first, state="succeeded")
+    assert window_entries() == 1
