@@ -43,18 +43,12 @@ def trail(customer, admin_member):
 
 
 @pytest.mark.parametrize("who", ["staff", "customer"])
-def test_the_audit_list_reads_its_page_and_its_count_by_index_with_any_filter(
+def test_the_audit_list_reads_its_page_and_its_count_by_index_and_no_match_in_a_few_pages(
     who, trail, admin_member, staff_user, api_client_for
 ):
     caller = api_client_for(staff_user if who == "staff" else admin_member)
     for query in FILTERS:
-        assert_list_reads_by_index(caller, f"/api/v1/audit-events/{query}", (TRAIL,))
-
-
-@pytest.mark.parametrize("who", ["staff", "customer"])
-def test_an_audit_filter_no_event_matches_reads_a_few_pages_not_the_trail(
-    who, trail, admin_member, staff_user, api_client_for
-):
-    caller = api_client_for(staff_user if who == "staff" else admin_member)
-    for query in FILTERS[1:]:
-        assert_no_match_reads_few_pages(caller, f"/api/v1/audit-events/{query}", (TRAIL,))
+        url = f"/api/v1/audit-events/{query}"
+        assert_list_reads_by_index(caller, url, (TRAIL,))
+        if query:  # every filter here is one no event matches
+            assert_no_match_reads_few_pages(caller, url, (TRAIL,))
