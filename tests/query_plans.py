@@ -16,21 +16,31 @@ def plan_of(sql: str, params=None, *, seqscan: bool = True) -> str:
         return "\n".join(row[0] for row in cursor.fetchall())
 
 
-def assert_list_reads_by_index(caller, url: str, tables: tuple[str, ...]) -> list[str]:
-    """GET `url` as `caller`; neither its page nor its capped count may scan any of `tables`.
-    A count is planned as if few rows matched: here every row may match, and reading 10,001
-    of them in table order would be right; over a long history where few match, an index must
-    serve it. Returns the statements read (those with a LIMIT on one of `tables`)."""
+def statements_on(caller, url: str, tables: tuple[str, ...]) -> list[str]:
+    """GET `url` as `caller` (a 200) and return the statements it sent that name one of
+    `tables` (at least one)."""
     with CaptureQueriesContext(connection) as queries:
         assert caller.get(url).status_code == 200, url
-    read = [
-        q["sql"]
-        for q in queries
-        if " LIMIT " in q["sql"] and any(table in q["sql"] for table in tables)
-    ]
+    read = [q["sql"] for q in queries if any(table in q["sql"] for table in tables)]
+    assert read, url
+    return read
+
+
+def seqscan_as_asked(sql: str) -> bool:
+    """Whether `sql` is planned with sequential scans allowed: all but a capped count, which is
+    planned as if few rows matched (here every row may match, and reading 10,001 of them in
+    table order would be right; over a long history where few match, an index must serve it)."""
+    return not sql.startswith("SELECT COUNT(*)")
+
+
+def assert_list_reads_by_index(caller, url: str, tables: tuple[str, ...]) -> list[str]:
+    """GET `url` as `caller`; neither its page nor its capped count may scan any of `tables`
+    (`seqscan_as_asked`). Returns the statements read (those with a LIMIT on one of
+    `tables`)."""
+    read = [sql for sql in statements_on(caller, url, tables) if " LIMIT " in sql]
     assert read, url
     for sql in read:
-        plan = plan_of(sql, seqscan=not sql.startswith("SELECT COUNT(*)"))
+        plan = plan_of(sql, seqscan=seqscan_as_asked(sql))
         scanned = [table for table in tables if f"Seq Scan on {table}" in plan]
         assert scanned == [], f"{url} scans {scanned}:\n{sql}\n{plan}"
     return read
@@ -51,16 +61,12 @@ def pages_read(sql: str, params=None, *, seqscan: bool = True) -> int:
 
 def assert_no_match_reads_few_pages(caller, url: str, tables: tuple[str, ...], most: int = 20):
     """GET `url` (a filter no row matches) as `caller`: each statement on `tables` it sends
-    touches at most `most` pages. An index scan in another order that filters every row it
-    passes (no Seq Scan, so `assert_list_reads_by_index` lets it by) reads the whole history
-    to find that nothing matches; a read of the filter's own index finds it at once. A count
-    is run as `assert_list_reads_by_index` plans it (as if few rows matched)."""
-    with CaptureQueriesContext(connection) as queries:
-        assert caller.get(url).status_code == 200, url
-    read = [q["sql"] for q in queries if any(table in q["sql"] for table in tables)]
-    assert read, url
-    for sql in read:
-        seqscan = not sql.startswith("SELECT COUNT(*)")
+    touches at most `most` pages, run as `seqscan_as_asked` plans it. An index scan in another
+    order that filters every row it passes (no Seq Scan, so `assert_list_reads_by_index` lets
+    it by) reads the whole history to find that nothing matches; a read of the filter's own
+    index finds it at once."""
+    for sql in statements_on(caller, url, tables):
+        seqscan = seqscan_as_asked(sql)
         pages = pages_read(sql, seqscan=seqscan)
         assert pages <= most, (
             f"{url} reads {pages} pages to match nothing:\n{sql}\n{plan_of(sql, seqscan=seqscan)}"
