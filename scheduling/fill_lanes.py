@@ -64,6 +64,7 @@ class LaneFill:
         self.turns: fairness.Turns | None = None
         self.index_done = False
         self.default_seconds = states.DEFAULT_COST_SECONDS  # kept by `_read_page`
+        self._means_total, self._means_count = 0.0, 0  # of the lanes read that have one
         self.after: tuple[float, object] | None = None
         if self.algorithm == Insight.Algorithm.FAIR_SHARE:
             _rebase_if_due(insight, info, now=now)
@@ -151,9 +152,11 @@ class LaneFill:
                     may_take=may_take,
                 )
             )
-        known = [lane.mean_seconds for lane in self.lanes if lane.mean_seconds is not None]
-        if known:
-            self.default_seconds = sum(known) / len(known)
+            if mean_seconds is not None:
+                self._means_total += mean_seconds
+                self._means_count += 1
+        if self._means_count:
+            self.default_seconds = self._means_total / self._means_count
 
 
 def lanes_page(insight_id: object, after: tuple | None, size: int) -> list[tuple]:
